@@ -34,6 +34,10 @@ type Pattern struct {
 	simple bool   // pattern is prefix + '*' + suffix, or a literal
 	star   bool   // in a simple pattern: there is a '*' between prefix and suffix
 	rest   string // the pattern after prefix, for the general matcher
+	// needle is the longest literal run in rest: every match contains
+	// it, and bytes.Contains rejects most names far faster than the
+	// backtracking matcher.
+	needle []byte
 }
 
 // Compile checks pattern and prepares it for matching.
@@ -58,6 +62,9 @@ func Compile(pattern string) (*Pattern, error) {
 			p.simple, p.star = true, true
 			p.suffix = []byte(unquote(tail))
 		}
+	}
+	if !p.simple {
+		p.needle = longestLiteral(p.rest)
 	}
 	return p, nil
 }
@@ -93,7 +100,37 @@ func (p *Pattern) Match(name []byte) bool {
 		}
 		return len(name) >= len(p.prefix)+len(p.suffix) && bytes.HasSuffix(name, p.suffix)
 	}
-	return match(p.rest, name[len(p.prefix):])
+	rest := name[len(p.prefix):]
+	if len(p.needle) > 0 && !bytes.Contains(rest, p.needle) {
+		return false
+	}
+	return match(p.rest, rest)
+}
+
+// longestLiteral returns the longest run of literal bytes in pattern.
+func longestLiteral(pattern string) []byte {
+	var best, cur []byte
+	for i := 0; i < len(pattern); i++ {
+		c := pattern[i]
+		switch c {
+		case '*', '?':
+			cur = nil
+			continue
+		case '[':
+			end, _ := classEnd(pattern, i)
+			i = end
+			cur = nil
+			continue
+		case '\\':
+			i++
+			c = pattern[i]
+		}
+		cur = append(cur, c)
+		if len(cur) > len(best) {
+			best = cur
+		}
+	}
+	return best
 }
 
 // MatchString is Match for a string.

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/multiprobe/multiprobe/elfsym"
+)
+
+func init() {
+	commands["list"] = &command{
+		usage: "[--json] TARGET PATTERN...",
+		short: "list the sites that glob patterns select in an ELF file (no root needed)",
+		run:   runList,
+	}
+}
+
+// listedSite is the JSON form of a site.
+type listedSite struct {
+	Name    string   `json:"name"`
+	Aliases []string `json:"aliases,omitempty"`
+	Version string   `json:"version,omitempty"`
+	Bind    string   `json:"bind"`
+	Type    string   `json:"type"`
+	Size    uint64   `json:"size"`
+	Address uint64   `json:"address"`
+	Offset  uint64   `json:"offset"`
+}
+
+func runList(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("list", stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, _, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 2 {
+		return usagef("need a target and at least one pattern")
+	}
+	path, err := elfsym.LookPath(pos[0])
+	if err != nil {
+		return err
+	}
+	sites, err := elfsym.Resolve(path, pos[1:]...)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		out := make([]listedSite, len(sites))
+		for i, s := range sites {
+			out[i] = listedSite{
+				Name: s.Name, Aliases: s.Aliases, Version: s.Version,
+				Bind: symBind(s), Type: symType(s),
+				Size: s.Size, Address: s.Address, Offset: s.Offset,
+			}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Path  string       `json:"path"`
+			Sites []listedSite `json:"sites"`
+		}{path, out})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tOFFSET\tSIZE\tTYPE\tBIND\tALIASES")
+	for _, s := range sites {
+		name := s.Name
+		if s.Version != "" && !strings.Contains(name, "@") {
+			name += "@@" + s.Version
+		}
+		fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\n", name, s.Offset, s.Size, symType(s), symBind(s), strings.Join(s.Aliases, ","))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%d sites in %s\n", len(sites), path)
+	return nil
+}
+
+func symType(s elfsym.Site) string {
+	if s.Type == elf.STT_GNU_IFUNC {
+		// debug/elf names value 10 by its range, STT_LOOS.
+		return "IFUNC"
+	}
+	return strings.TrimPrefix(s.Type.String(), "STT_")
+}
+
+func symBind(s elfsym.Site) string {
+	if b := s.Bind.String(); !strings.HasPrefix(b, "STB_") {
+		return "UNIQUE"
+	}
+	return strings.TrimPrefix(s.Bind.String(), "STB_")
+}

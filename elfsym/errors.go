@@ -1,0 +1,83 @@
+package elfsym
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrNotELF is returned for a file that is not an ELF file at all.
+	ErrNotELF = errors.New("not an ELF file")
+	// ErrUnsupported is returned for an ELF file of a kind elfsym does not
+	// read: 32-bit, big-endian, or not an executable or shared object.
+	ErrUnsupported = errors.New("unsupported ELF file")
+	// ErrMalformed is returned for an ELF file whose headers or tables point
+	// outside the file or contradict each other, such as a truncated file.
+	ErrMalformed = errors.New("malformed ELF file")
+	// ErrNoMatch is returned when the patterns select no site. The error is
+	// a *NoMatchError with suggestions.
+	ErrNoMatch = errors.New("no symbol matches")
+	// ErrAmbiguous is returned when an exact name (a pattern without glob
+	// characters) names two non-weak definitions at different addresses.
+	// The error is an *AmbiguousError.
+	ErrAmbiguous = errors.New("ambiguous symbol")
+	// ErrBadPattern is returned for a malformed pattern.
+	ErrBadPattern = errors.New("bad pattern")
+	// ErrNotFound is returned when a bare library or program name is found
+	// neither through the dynamic loader's cache and directories nor in
+	// $PATH. It wraps fs.ErrNotExist too.
+	ErrNotFound = errors.New("not found")
+)
+
+// NoMatchError reports patterns that selected nothing.
+type NoMatchError struct {
+	Path        string   // the file searched
+	Patterns    []string // the patterns as given
+	Searched    int      // how many function symbols were searched
+	Suggestions []string // the closest names, best first, at most a few
+}
+
+func (e *NoMatchError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: no function matches %s among %d function symbols",
+		e.Path, strings.Join(quoteAll(e.Patterns), ", "), e.Searched)
+	if len(e.Suggestions) > 0 {
+		fmt.Fprintf(&b, " (closest: %s)", strings.Join(e.Suggestions, ", "))
+	}
+	if e.Searched == 0 {
+		b.WriteString(" (the file has no symbol table: is it stripped?)")
+	}
+	return b.String()
+}
+
+// Is lets errors.Is(err, ErrNoMatch) match.
+func (e *NoMatchError) Is(target error) bool { return target == ErrNoMatch }
+
+// AmbiguousError reports an exact name defined at several addresses.
+type AmbiguousError struct {
+	Path string
+	Name string
+	// Sites are the competing definitions, by offset.
+	Sites []Site
+}
+
+func (e *AmbiguousError) Error() string {
+	var defs []string
+	for _, s := range e.Sites {
+		defs = append(defs, fmt.Sprintf("%s %s at offset %#x", bindName(s.Bind), s.Name, s.Offset))
+	}
+	return fmt.Sprintf("%s: %q is defined %d times (%s): use a glob to select them all, or name the file offset",
+		e.Path, e.Name, len(e.Sites), strings.Join(defs, "; "))
+}
+
+// Is lets errors.Is(err, ErrAmbiguous) match.
+func (e *AmbiguousError) Is(target error) bool { return target == ErrAmbiguous }
+
+func quoteAll(ss []string) []string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return q
+}

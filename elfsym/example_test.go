@@ -1,0 +1,54 @@
+package elfsym_test
+
+import (
+	"errors"
+	"fmt"
+	"log"
+
+	"github.com/multiprobe/multiprobe/elfsym"
+)
+
+// Resolve a library by its bare name, as the dynamic loader would find it,
+// and glob over its functions.
+func ExampleResolve() {
+	sites, err := elfsym.Resolve("libc.so.6", "malloc", "pthread_create")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range sites {
+		fmt.Println(s.Name, s.Offset > 0)
+	}
+	// Unordered output:
+	// malloc true
+	// pthread_create true
+}
+
+// Open a file once to resolve several sets of patterns, excluding some
+// names from a glob.
+func ExampleFile_Resolve() {
+	path, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := elfsym.Open(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+
+	sites, err := f.Resolve("pthread_mutex_*lock", "!*trylock", "!*timedlock")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range sites {
+		fmt.Println(s.Name)
+	}
+
+	_, err = f.Resolve("no_such_function")
+	fmt.Println(errors.Is(err, elfsym.ErrNoMatch))
+	// Unordered output:
+	// pthread_mutex_lock
+	// pthread_mutex_clocklock
+	// pthread_mutex_unlock
+	// true
+}

@@ -1,0 +1,60 @@
+package elfsym
+
+import (
+	"debug/elf"
+	"debug/gosym"
+	"math"
+)
+
+// goTable marks a sym that comes from .gopclntab rather than a symbol table.
+const goTable = math.MaxUint16
+
+type goFunc struct {
+	name string
+}
+
+// scanGo reads the function table of a Go binary built with -ldflags=-s,
+// which has no .symtab but keeps every function's name and address in
+// .gopclntab for the runtime's tracebacks.
+func (r *resolver) scanGo() {
+	funcs := goFuncs(r.f.pclntab, r.f.textAddr)
+	for _, fn := range funcs {
+		off, ok := r.f.FileOffset(fn.Entry)
+		if !ok || fn.Entry == 0 {
+			continue
+		}
+		r.searched++
+		if p := r.m.matches([]byte(fn.Name), nil, true); p >= 0 {
+			r.goFuncs = append(r.goFuncs, goFunc{name: fn.Name})
+			r.hits = append(r.hits, sym{
+				table: goTable, index: uint32(len(r.goFuncs) - 1), pattern: int16(p),
+				bind: elf.STB_GLOBAL, typ: elf.STT_FUNC,
+				value: fn.Entry, size: fn.End - fn.Entry, offset: off,
+			})
+		}
+	}
+}
+
+// goFuncs decodes a .gopclntab. debug/gosym trusts the table it is given
+// and can panic on a corrupt one; a corrupt table yields no functions here.
+func goFuncs(pclntab []byte, textAddr uint64) (funcs []gosym.Func) {
+	defer func() {
+		if recover() != nil {
+			funcs = nil
+		}
+	}()
+	t, err := gosym.NewTable(nil, gosym.NewLineTable(pclntab, textAddr))
+	if err != nil {
+		return nil
+	}
+	return t.Funcs
+}
+
+// suggestions for the Go path: names of a stripped Go binary.
+func (r *resolver) goNames(yield func([]byte) bool) {
+	for _, fn := range goFuncs(r.f.pclntab, r.f.textAddr) {
+		if !yield([]byte(fn.Name)) {
+			return
+		}
+	}
+}

@@ -1,0 +1,236 @@
+package elfsym
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// LookPath finds the file a probe target names. A name with a '/' is a path
+// and is returned as it is (after checking that it exists); a bare name is
+// looked up the way the dynamic loader finds a library, in /etc/ld.so.cache
+// and then the standard library directories, and then as a program in
+// $PATH. Only files built for the host's architecture match a bare name.
+func LookPath(name string) (string, error) {
+	return LookPathIn("", name)
+}
+
+// LookPathIn is LookPath inside another root directory, such as
+// /proc/PID/root for a process in a container: the cache, the library
+// directories and the returned path are all under root. $PATH is not
+// searched inside a root, since it is the caller's, not the container's.
+func LookPathIn(root, name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("empty target name: %w", ErrNotFound)
+	}
+	if strings.Contains(name, "/") {
+		p := name
+		if root != "" {
+			p = filepath.Join(root, name)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("target %s: %w", p, errors.Join(ErrNotFound, err))
+		}
+		return p, nil
+	}
+	if p, ok := ldCacheLookup(root, name); ok {
+		return p, nil
+	}
+	for _, dir := range libDirs() {
+		p := filepath.Join(root, dir, name)
+		if hostELF(p) {
+			return p, nil
+		}
+	}
+	if root == "" {
+		for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+			if dir == "" {
+				continue
+			}
+			p := filepath.Join(dir, name)
+			if hostELF(p) {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("target %q: %w in /etc/ld.so.cache, the library directories or $PATH: give its full path: %w",
+		name, ErrNotFound, fs.ErrNotExist)
+}
+
+// libDirs are the directories the dynamic loader searches after its cache:
+// Debian's multiarch ones, then the traditional ones.
+func libDirs() []string {
+	var triplet string
+	switch runtime.GOARCH {
+	case "amd64":
+		triplet = "x86_64-linux-gnu"
+	case "arm64":
+		triplet = "aarch64-linux-gnu"
+	case "riscv64":
+		triplet = "riscv64-linux-gnu"
+	case "s390x":
+		triplet = "s390x-linux-gnu"
+	case "ppc64le":
+		triplet = "powerpc64le-linux-gnu"
+	}
+	var dirs []string
+	if triplet != "" {
+		dirs = append(dirs, "/lib/"+triplet, "/usr/lib/"+triplet)
+	}
+	return append(dirs, "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+}
+
+func hostMachine() elf.Machine {
+	switch runtime.GOARCH {
+	case "amd64":
+		return elf.EM_X86_64
+	case "arm64":
+		return elf.EM_AARCH64
+	case "riscv64":
+		return elf.EM_RISCV
+	case "s390x":
+		return elf.EM_S390
+	case "ppc64le":
+		return elf.EM_PPC64
+	}
+	return elf.EM_NONE
+}
+
+// hostELF reports whether path is a regular 64-bit ELF file for the host.
+func hostELF(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	var hdr [20]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return false
+	}
+	return bytes.HasPrefix(hdr[:], []byte(elf.ELFMAG)) &&
+		elf.Class(hdr[elf.EI_CLASS]) == elf.ELFCLASS64 &&
+		elf.Machine(binary.LittleEndian.Uint16(hdr[18:])) == hostMachine()
+}
+
+// ldCacheMagic starts the format glibc has written since 2.32 (and, after
+// the old format, before that). The old format alone is not read: no
+// supported distribution writes only it.
+const ldCacheMagic = "glibc-ld.so.cache1.1"
+
+// ldCacheLookup finds name in root's /etc/ld.so.cache. Entries for other
+// architectures (a multilib i386 libc, say) are skipped by checking the file.
+func ldCacheLookup(root, name string) (string, bool) {
+	data, err := os.ReadFile(filepath.Join(root, "/etc/ld.so.cache"))
+	if err != nil {
+		return "", false
+	}
+	for _, p := range parseLdCache(data, name) {
+		p = filepath.Join(root, p)
+		if hostELF(p) {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// parseLdCache returns the paths that the cache lists for name, in order.
+// The new-format table is: magic (20 bytes), nlibs (u32), string table
+// length (u32), flags and padding up to 48 bytes, then nlibs entries of 24
+// bytes (flags i32, key u32, value u32, osversion u32, hwcap u64), whose key
+// and value are offsets from the start of the new-format header.
+func parseLdCache(data []byte, name string) []string {
+	start := bytes.Index(data, []byte(ldCacheMagic))
+	if start < 0 {
+		return nil
+	}
+	hdr := data[start:]
+	if len(hdr) < 48 {
+		return nil
+	}
+	n := int(binary.LittleEndian.Uint32(hdr[20:]))
+	const entSize = 24
+	if n < 0 || n > (len(hdr)-48)/entSize {
+		return nil
+	}
+	var out []string
+	for i := 0; i < n; i++ {
+		e := hdr[48+i*entSize:]
+		key, ok1 := cstring(hdr, binary.LittleEndian.Uint32(e[4:]))
+		val, ok2 := cstring(hdr, binary.LittleEndian.Uint32(e[8:]))
+		if ok1 && ok2 && string(key) == name {
+			out = append(out, string(val))
+		}
+	}
+	return out
+}
+
+// A Mapping is a file that a process has mapped executable.
+type Mapping struct {
+	// Path is the file's path as the process sees it, in its own mount
+	// namespace.
+	Path string
+	// HostPath reaches the same file from this process, through
+	// /proc/PID/root, even when the target runs in a container.
+	HostPath string
+	// Deleted reports that the file was deleted or replaced after the
+	// process mapped it; HostPath then names the file now at Path, not the
+	// one mapped.
+	Deleted bool
+}
+
+// ExecutableMappings lists the files that process pid has mapped
+// executable, in the order of /proc/PID/maps, each once.
+func ExecutableMappings(pid int) ([]Mapping, error) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("process %d: %w (it does not exist or has exited)", pid, err)
+		}
+		return nil, fmt.Errorf("process %d: %w", pid, err)
+	}
+	defer f.Close()
+	return parseMaps(bufio.NewScanner(f), pid)
+}
+
+func parseMaps(sc *bufio.Scanner, pid int) ([]Mapping, error) {
+	root := "/proc/" + strconv.Itoa(pid) + "/root"
+	seen := map[string]bool{}
+	var out []Mapping
+	for sc.Scan() {
+		// address perms offset dev inode path
+		fields := strings.SplitN(sc.Text(), " ", 6)
+		if len(fields) < 6 || len(fields[1]) < 3 || fields[1][2] != 'x' {
+			continue
+		}
+		path := strings.TrimLeft(fields[5], " ")
+		if !strings.HasPrefix(path, "/") {
+			continue // [vdso], anonymous and the like
+		}
+		m := Mapping{Path: path}
+		if p, ok := strings.CutSuffix(path, " (deleted)"); ok {
+			m.Path, m.Deleted = p, true
+		}
+		if seen[m.Path] {
+			continue
+		}
+		seen[m.Path] = true
+		m.HostPath = root + m.Path
+		out = append(out, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("process %d: reading maps: %w", pid, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,563 @@
+package elfsym
+
+import (
+	"bytes"
+	"cmp"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/multiprobe/multiprobe/internal/glob"
+)
+
+// A Site is one address a uprobe can attach to.
+type Site struct {
+	// Name is the primary name at this address: a GLOBAL name before a
+	// WEAK one before a LOCAL one, then a default version before another,
+	// then fewer leading underscores, then the shorter, then the smaller.
+	// A symbol of a non-default version is named "name@VERSION".
+	Name string
+	// Aliases are the other function names at the same address, sorted.
+	Aliases []string
+	// Version is the symbol version of Name, if it has one.
+	Version string
+	Bind    elf.SymBind
+	Type    elf.SymType // STT_FUNC or STT_GNU_IFUNC
+	Size    uint64
+	// Address is the symbol's virtual address as linked.
+	Address uint64
+	// Offset is the file offset of Address, from the PT_LOAD program header
+	// that contains it: what the kernel's uprobe interfaces take.
+	Offset uint64
+}
+
+func (s Site) String() string {
+	return fmt.Sprintf("%s@%#x", s.Name, s.Offset)
+}
+
+// Resolve opens the ELF file at target, resolves patterns in it and closes
+// it. target is a path, or a bare library or program name looked up with
+// [LookPath].
+func Resolve(target string, patterns ...string) ([]Site, error) {
+	path, err := LookPath(target)
+	if err != nil {
+		return nil, err
+	}
+	f, err := Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Resolve(patterns...)
+}
+
+// Resolve returns the sites that patterns select, sorted by file offset.
+//
+// A pattern selects the function symbols whose name it matches; a pattern
+// starting with '!' removes what it matches from the selection, whatever the
+// order of the patterns. A site is selected when one of its names is. A
+// pattern "name@VERSION" (or "name@@VERSION" for the default version only)
+// selects a versioned dynamic symbol; a pattern without '@' matches only
+// default and unversioned symbols.
+//
+// An exact name (no glob characters) defined non-weak at two addresses is an
+// *AmbiguousError; a WEAK definition loses to a GLOBAL or LOCAL one. No
+// selected site is a *NoMatchError.
+func (f *File) Resolve(patterns ...string) ([]Site, error) {
+	if f.data == nil {
+		return nil, fmt.Errorf("%s: resolve on a closed File", f.path)
+	}
+	m, err := compile(patterns)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.path, err)
+	}
+	r := resolver{f: f, m: m}
+	r.scan()
+	if len(r.hits) == 0 {
+		return nil, &NoMatchError{Path: f.path, Patterns: patterns, Searched: r.searched, Suggestions: r.suggest()}
+	}
+	sites := r.group()
+	if err := r.checkExact(sites); err != nil {
+		return nil, err
+	}
+	return r.finish(sites), nil
+}
+
+// matcher is a compiled set of inclusion and exclusion patterns.
+type matcher struct {
+	incl, excl []namePattern
+}
+
+// namePattern matches a symbol name and, optionally, its version.
+type namePattern struct {
+	src     string
+	name    *glob.Pattern
+	version *glob.Pattern // nil: default or unversioned only
+	defOnly bool          // "@@": the default version only
+}
+
+func compile(patterns []string) (*matcher, error) {
+	if len(patterns) == 0 {
+		return nil, fmt.Errorf("%w: no pattern given", ErrBadPattern)
+	}
+	m := &matcher{}
+	for _, p := range patterns {
+		exclude := strings.HasPrefix(p, "!")
+		src := strings.TrimPrefix(p, "!")
+		if src == "" {
+			return nil, fmt.Errorf("%w: empty pattern %q", ErrBadPattern, p)
+		}
+		np := namePattern{src: p}
+		namePart, verPart, hasVer := strings.Cut(src, "@")
+		if hasVer {
+			if strings.HasPrefix(verPart, "@") {
+				np.defOnly = true
+				verPart = verPart[1:]
+			}
+			if verPart == "" {
+				return nil, fmt.Errorf("%w: %q has an empty version", ErrBadPattern, p)
+			}
+			v, err := glob.Compile(verPart)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrBadPattern, err)
+			}
+			np.version = v
+		}
+		n, err := glob.Compile(namePart)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadPattern, err)
+		}
+		np.name = n
+		if exclude {
+			m.excl = append(m.excl, np)
+		} else {
+			m.incl = append(m.incl, np)
+		}
+	}
+	if len(m.incl) == 0 {
+		return nil, fmt.Errorf("%w: only exclusions in %q: add a pattern that selects", ErrBadPattern, patterns)
+	}
+	return m, nil
+}
+
+func (np *namePattern) match(name, version []byte, isDefault bool) bool {
+	if !np.name.Match(name) {
+		return false
+	}
+	if np.version == nil {
+		return isDefault
+	}
+	if np.defOnly && !isDefault {
+		return false
+	}
+	return np.version.Match(version)
+}
+
+// rejectByPrefix reports, without finding the end of the name, that no
+// inclusion pattern can match the name at off in strs: most names of a big
+// binary fail on their first bytes, and finding each one's NUL would cost
+// more than the rest of the scan.
+func (m *matcher) rejectByPrefix(strs []byte, off uint32) bool {
+	if uint64(off) >= uint64(len(strs)) {
+		return true
+	}
+	rest := strs[off:]
+	for i := range m.incl {
+		p := m.incl[i].name.Prefix()
+		// The first byte decides for most names; compare it inline
+		// before calling into bytes.
+		if len(p) == 0 || (rest[0] == p[0] && bytes.HasPrefix(rest, p)) {
+			return false
+		}
+	}
+	return true
+}
+
+// matches returns the index of the first inclusion pattern that selects the
+// name, or -1.
+func (m *matcher) matches(name, version []byte, isDefault bool) int {
+	for i := range m.incl {
+		if m.incl[i].match(name, version, isDefault) {
+			for j := range m.excl {
+				if m.excl[j].match(name, version, isDefault) {
+					return -1
+				}
+			}
+			return i
+		}
+	}
+	return -1
+}
+
+// sym is one function symbol as read from a table: everything but its name
+// stays a reference into the mapped file until a site is built.
+type sym struct {
+	table   uint16
+	pattern int16 // the inclusion pattern that selected it, or -1
+	index   uint32
+	bind    elf.SymBind
+	typ     elf.SymType
+	value   uint64
+	size    uint64
+	offset  uint64
+}
+
+type resolver struct {
+	f        *File
+	m        *matcher
+	searched int
+	hits     []sym    // symbols the patterns selected
+	offsets  []uint64 // their file offsets, sorted and unique
+	// goFuncs holds the functions of a stripped Go binary, whose names
+	// are not in a string table.
+	goFuncs []goFunc
+}
+
+// symbol decodes entry i of table t, and reports whether it is a defined
+// function symbol in an executable segment.
+func (r *resolver) symbol(t int, i int) (sym, bool) {
+	e := r.f.tables[t].syms[i*symSize : i*symSize+symSize]
+	info := e[4]
+	typ := elf.SymType(info & 0xf)
+	if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
+		return sym{}, false
+	}
+	le := binary.LittleEndian
+	if elf.SectionIndex(le.Uint16(e[6:])) == elf.SHN_UNDEF {
+		return sym{}, false
+	}
+	value := le.Uint64(e[8:])
+	if value == 0 {
+		return sym{}, false
+	}
+	off, ok := r.f.FileOffset(value)
+	if !ok {
+		return sym{}, false
+	}
+	return sym{
+		table: uint16(t), index: uint32(i), pattern: -1,
+		bind: elf.SymBind(info >> 4), typ: typ,
+		value: value, size: le.Uint64(e[16:]), offset: off,
+	}, true
+}
+
+// nameOffset returns where the symbol's name starts in its string table.
+func (r *resolver) nameOffset(s sym) uint32 {
+	return binary.LittleEndian.Uint32(r.f.tables[s.table].syms[int(s.index)*symSize:])
+}
+
+// name returns the symbol's name without version, its version and whether
+// that version is the default one, all in place in the mapped file.
+func (r *resolver) name(s sym) (name, version []byte, isDefault bool) {
+	if s.table == goTable {
+		return []byte(r.goFuncs[s.index].name), nil, true
+	}
+	return r.nameAt(int(s.table), int(s.index), r.nameOffset(s))
+}
+
+// nameAt is name for entry i of table t whose name starts at off.
+func (r *resolver) nameAt(t, i int, off uint32) (name, version []byte, isDefault bool) {
+	tab := &r.f.tables[t]
+	name, _ = cstring(tab.strs, off)
+	if tab.dynamic {
+		if vs := tab.versym; i*2+2 <= len(vs) {
+			v := binary.LittleEndian.Uint16(vs[i*2:])
+			// Indexes 0 and 1 are "local" and "global, unversioned".
+			if ndx := v & 0x7fff; ndx >= 2 {
+				if vn, ok := r.f.verdef[ndx]; ok {
+					return name, []byte(vn), v&0x8000 == 0
+				}
+			}
+		}
+		return name, nil, true
+	}
+	// In .symtab a versioned name is spelled out: "name@VER" for a hidden
+	// version, "name@@VER" for the default one.
+	if !tab.versioned {
+		return name, nil, true
+	}
+	if i := bytes.IndexByte(name, '@'); i >= 0 {
+		version = name[i+1:]
+		isDefault = bytes.HasPrefix(version, []byte("@"))
+		if isDefault {
+			version = version[1:]
+		}
+		return name[:i], version, isDefault
+	}
+	return name, nil, true
+}
+
+// isDefinedFunc reports whether a raw Elf64_Sym is a defined function with
+// an address: the only symbols a uprobe can use. Undefined imports have
+// section SHN_UNDEF and value 0; attaching at offset 0 would probe the ELF
+// header.
+func isDefinedFunc(e []byte) bool {
+	typ := elf.SymType(e[4] & 0xf)
+	return (typ == elf.STT_FUNC || typ == elf.STT_GNU_IFUNC) &&
+		(e[6] != 0 || e[7] != 0) && binary.LittleEndian.Uint64(e[8:16]) != 0
+}
+
+// scan reads every function symbol once and keeps those the patterns select.
+// It is the hot loop of a lookup in a big binary, so it reads raw entries and
+// decodes only candidates.
+func (r *resolver) scan() {
+	le := binary.LittleEndian
+	for t := range r.f.tables {
+		syms, strs := r.f.tables[t].syms, r.f.tables[t].strs
+		for i := 0; i+symSize <= len(syms); i += symSize {
+			e := syms[i : i+symSize : i+symSize]
+			if !isDefinedFunc(e) {
+				continue
+			}
+			r.searched++
+			if r.m.rejectByPrefix(strs, le.Uint32(e[0:4])) {
+				continue
+			}
+			name, ver, def := r.nameAt(t, i/symSize, le.Uint32(e[0:4]))
+			p := r.m.matches(name, ver, def)
+			if p < 0 {
+				continue
+			}
+			if s, ok := r.symbol(t, i/symSize); ok {
+				s.pattern = int16(p)
+				r.hits = append(r.hits, s)
+			}
+		}
+	}
+	if len(r.f.tables) == 0 && r.f.pclntab != nil {
+		r.scanGo()
+	}
+	r.offsets = make([]uint64, len(r.hits))
+	for i, h := range r.hits {
+		r.offsets[i] = h.offset
+	}
+	slices.Sort(r.offsets)
+	r.offsets = slices.Compact(r.offsets)
+}
+
+// valueFilter is a small bitmap over symbol values that rejects, in one
+// load, almost every symbol that is not at a selected address.
+type valueFilter [1 << 10]uint64
+
+func filterBit(v uint64) (int, uint64) {
+	h := (v ^ v>>16 ^ v>>32) * 0x9E3779B97F4A7C15
+	b := h >> (64 - 16)
+	return int(b >> 6), 1 << (b & 63)
+}
+
+func (f *valueFilter) add(v uint64) { w, m := filterBit(v); f[w] |= m }
+
+func (f *valueFilter) mayHave(v uint64) bool { w, m := filterBit(v); return f[w]&m != 0 }
+
+// group collects every function name at a selected address, so that aliases
+// the patterns did not name still fold into their site, and returns the
+// symbols grouped by offset.
+func (r *resolver) group() [][]sym {
+	all := r.hits
+	var filter valueFilter
+	values := make([]uint64, 0, len(r.hits))
+	for _, h := range r.hits {
+		if h.table != goTable {
+			filter.add(h.value)
+			values = append(values, h.value)
+		}
+	}
+	slices.Sort(values)
+	le := binary.LittleEndian
+	for t := range r.f.tables {
+		syms := r.f.tables[t].syms
+		for i := 0; i+symSize <= len(syms); i += symSize {
+			e := syms[i : i+symSize : i+symSize]
+			if !isDefinedFunc(e) || !filter.mayHave(le.Uint64(e[8:16])) {
+				continue
+			}
+			if _, found := slices.BinarySearch(values, le.Uint64(e[8:16])); !found {
+				continue
+			}
+			if s, ok := r.symbol(t, i/symSize); ok {
+				all = append(all, s)
+			}
+		}
+	}
+	slices.SortFunc(all, func(a, b sym) int {
+		return cmp.Or(cmp.Compare(a.offset, b.offset),
+			cmp.Compare(a.table, b.table), cmp.Compare(a.index, b.index),
+			cmp.Compare(b.pattern, a.pattern))
+	})
+	var groups [][]sym
+	for len(all) > 0 {
+		n := 1
+		for n < len(all) && all[n].offset == all[0].offset {
+			n++
+		}
+		// A symbol seen both as a hit and in the second pass: keep the
+		// copy that records its pattern (sorted first).
+		g := slices.CompactFunc(all[:n], func(a, b sym) bool { return a.table == b.table && a.index == b.index })
+		groups = append(groups, g)
+		all = all[n:]
+	}
+	return groups
+}
+
+func bindRank(b elf.SymBind) int {
+	switch b {
+	case elf.STB_GLOBAL, stbGNUUnique:
+		return 0
+	case elf.STB_WEAK:
+		return 1
+	default:
+		return 2
+	}
+}
+
+func leadingUnderscores(b []byte) int {
+	n := 0
+	for n < len(b) && b[n] == '_' {
+		n++
+	}
+	return n
+}
+
+// displayName is a symbol's name as a Site shows it.
+func (r *resolver) displayName(s sym) string {
+	name, ver, def := r.name(s)
+	if len(ver) > 0 && !def {
+		return string(name) + "@" + string(ver)
+	}
+	return string(name)
+}
+
+// better reports whether a should be a site's primary name rather than b.
+func (r *resolver) better(a, b sym) bool {
+	an, _, ad := r.name(a)
+	bn, _, bd := r.name(b)
+	if c := cmp.Compare(bindRank(a.bind), bindRank(b.bind)); c != 0 {
+		return c < 0
+	}
+	if ad != bd {
+		return ad
+	}
+	if c := cmp.Compare(leadingUnderscores(an), leadingUnderscores(bn)); c != 0 {
+		return c < 0
+	}
+	if c := cmp.Compare(len(an), len(bn)); c != 0 {
+		return c < 0
+	}
+	return bytes.Compare(an, bn) < 0
+}
+
+// checkExact enforces the rule for exact names: among the definitions of
+// one exact name at different offsets, weak ones lose to non-weak ones, and
+// two non-weak ones are ambiguous.
+func (r *resolver) checkExact(groups [][]sym) error {
+	for pi := range r.m.incl {
+		np := &r.m.incl[pi]
+		if !np.name.Literal() || (np.version != nil && !np.version.Literal()) {
+			continue
+		}
+		var strong, weak []int // group indexes
+		for gi, g := range groups {
+			bestBind := -1
+			for _, s := range g {
+				if int(s.pattern) == pi && (bestBind < 0 || bindRank(s.bind) < bestBind) {
+					bestBind = bindRank(s.bind)
+				}
+			}
+			switch {
+			case bestBind < 0:
+			case bestBind == 1:
+				weak = append(weak, gi)
+			default:
+				strong = append(strong, gi)
+			}
+		}
+		if len(strong) > 1 {
+			e := &AmbiguousError{Path: r.f.path, Name: np.src}
+			for _, gi := range strong {
+				e.Sites = append(e.Sites, r.site(groups[gi]))
+			}
+			return e
+		}
+		if len(strong) == 1 {
+			// The weak definitions are overridden: the loser's group
+			// stays only if another pattern selected it too.
+			for _, gi := range weak {
+				g := groups[gi]
+				keep := g[:0]
+				for _, s := range g {
+					if int(s.pattern) == pi {
+						s.pattern = -1
+					}
+					keep = append(keep, s)
+				}
+				groups[gi] = keep
+			}
+		}
+	}
+	return nil
+}
+
+func (r *resolver) finish(groups [][]sym) []Site {
+	sites := make([]Site, 0, len(groups))
+	for _, g := range groups {
+		if !slices.ContainsFunc(g, func(s sym) bool { return s.pattern >= 0 }) {
+			continue
+		}
+		sites = append(sites, r.site(g))
+	}
+	return sites
+}
+
+// site builds the Site of one group of symbols at the same offset.
+func (r *resolver) site(g []sym) Site {
+	best := g[0]
+	for _, s := range g[1:] {
+		if r.better(s, best) {
+			best = s
+		}
+	}
+	site := Site{
+		Name:    r.displayName(best),
+		Bind:    best.bind,
+		Type:    best.typ,
+		Size:    best.size,
+		Address: best.value,
+		Offset:  best.offset,
+	}
+	if _, ver, _ := r.name(best); len(ver) > 0 {
+		site.Version = string(ver)
+	}
+	for _, s := range g {
+		if s.size > site.Size && site.Size == 0 {
+			site.Size = s.size
+		}
+		if s.typ == elf.STT_GNU_IFUNC {
+			site.Type = elf.STT_GNU_IFUNC
+		}
+		if n := r.displayName(s); n != site.Name && !slices.Contains(site.Aliases, n) {
+			site.Aliases = append(site.Aliases, n)
+		}
+	}
+	slices.Sort(site.Aliases)
+	return site
+}
+
+func bindName(b elf.SymBind) string {
+	switch b {
+	case elf.STB_GLOBAL:
+		return "GLOBAL"
+	case elf.STB_WEAK:
+		return "WEAK"
+	case elf.STB_LOCAL:
+		return "LOCAL"
+	case stbGNUUnique:
+		return "UNIQUE"
+	}
+	return fmt.Sprintf("BIND(%d)", b)
+}
+
+// stbGNUUnique is STB_GNU_UNIQUE, which debug/elf does not name: a global
+// symbol the dynamic loader keeps unique across the process.
+const stbGNUUnique elf.SymBind = 10

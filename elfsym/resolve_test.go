@@ -1,0 +1,410 @@
+package elfsym
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestResolvePatterns(t *testing.T) {
+	fx := buildFixtures(t)
+	tests := []struct {
+		name     string
+		patterns []string
+		want     []string // primary names, sorted
+	}{
+		{"glob", []string{"func_*"}, []string{"func_alpha", "func_beta", "func_gamma"}},
+		{"question", []string{"sh_?et*"}, []string{"sh_get_var", "sh_set_var"}},
+		{"class", []string{"func_[ab]*"}, []string{"func_alpha", "func_beta"}},
+		{"range", []string{"func_[a-b]*"}, []string{"func_alpha", "func_beta"}},
+		{"negated class", []string{"func_[!a]*"}, []string{"func_beta", "func_gamma"}},
+		{"several", []string{"func_alpha", "sh_get*"}, []string{"func_alpha", "sh_get_var"}},
+		{"exclusion after", []string{"func_*", "!func_beta"}, []string{"func_alpha", "func_gamma"}},
+		{"exclusion before", []string{"!*beta", "func_*"}, []string{"func_alpha", "func_gamma"}},
+		{"alias folds", []string{"alias_func"}, []string{"real_func"}},
+		{"all aliases one site", []string{"real_func", "alias_func", "weak_alias"}, []string{"real_func"}},
+		{"local", []string{"local_func"}, []string{"local_func"}},
+		{"weak", []string{"weak_only"}, []string{"weak_only"}},
+		{"ifunc", []string{"picked"}, []string{"picked"}},
+		{"strong beats weak", []string{"wdup"}, []string{"wdup"}},
+		{"glob keeps both locals", []string{"dup"}, nil}, // ambiguous: checked below
+	}
+	for _, bin := range []string{fx.pie, fx.nopie, fx.shifted} {
+		f, err := Open(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, tt := range tests {
+			if tt.want == nil {
+				continue
+			}
+			t.Run(filepath.Base(bin)+"/"+tt.name, func(t *testing.T) {
+				sites, err := f.Resolve(tt.patterns...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := siteNames(sites)
+				slices.Sort(got)
+				if !slices.Equal(got, tt.want) {
+					t.Errorf("Resolve(%q) = %q, want %q", tt.patterns, got, tt.want)
+				}
+				checkOffsets(t, bin, sites)
+			})
+		}
+	}
+}
+
+func TestResolveSiteFields(t *testing.T) {
+	fx := buildFixtures(t)
+	sites, err := Resolve(fx.pie, "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOffsets(t, fx.pie, sites)
+
+	real, ok := findSite(sites, "real_func")
+	if !ok {
+		t.Fatalf("real_func missing from %q", siteNames(sites))
+	}
+	if !slices.Equal(real.Aliases, []string{"alias_func", "weak_alias"}) {
+		t.Errorf("real_func aliases = %q", real.Aliases)
+	}
+	if real.Bind != elf.STB_GLOBAL || real.Type != elf.STT_FUNC || real.Size == 0 {
+		t.Errorf("real_func = %+v", real)
+	}
+	if s, _ := findSite(sites, "picked"); s.Type != elf.STT_GNU_IFUNC {
+		t.Errorf("picked type = %v, want STT_GNU_IFUNC", s.Type)
+	}
+	if s, _ := findSite(sites, "weak_only"); s.Bind != elf.STB_WEAK {
+		t.Errorf("weak_only bind = %v", s.Bind)
+	}
+	if s, _ := findSite(sites, "local_func"); s.Bind != elf.STB_LOCAL {
+		t.Errorf("local_func bind = %v", s.Bind)
+	}
+	// No two sites share an offset: the kernel would fire each.
+	seen := map[uint64]string{}
+	for _, s := range sites {
+		if prev, dup := seen[s.Offset]; dup {
+			t.Errorf("%s and %s share offset %#x", prev, s.Name, s.Offset)
+		}
+		seen[s.Offset] = s.Name
+		if s.Offset == 0 || s.Address == 0 {
+			t.Errorf("site %+v at zero", s)
+		}
+	}
+	// Undefined imports (printf, strcmp, pause) are not sites.
+	for _, imp := range []string{"printf", "strcmp", "pause", "fflush"} {
+		if _, ok := findSite(sites, imp); ok {
+			t.Errorf("undefined import %s reported as a site", imp)
+		}
+	}
+	if !slices.IsSortedFunc(sites, func(a, b Site) int { return int(a.Offset) - int(b.Offset) }) {
+		t.Error("sites are not sorted by offset")
+	}
+}
+
+// TestResolveMapped checks offsets against the running program: the bytes at
+// each site's file offset are the bytes the loader mapped at its address.
+func TestResolveMapped(t *testing.T) {
+	fx := buildFixtures(t)
+	for _, bin := range []string{fx.pie, fx.nopie, fx.shifted} {
+		t.Run(filepath.Base(bin), func(t *testing.T) {
+			sites, err := Resolve(bin, "*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			read := mappedBytes(t, bin)
+			for _, s := range sites {
+				n := int(min(max(s.Size, 1), 16))
+				got, want := read(s.Address, n), fileBytes(t, bin, s.Offset, n)
+				if !bytes.Equal(got, want) {
+					t.Errorf("%s: %s: mapped bytes % x, file bytes at %#x % x", bin, s.Name, got, s.Offset, want)
+				}
+			}
+		})
+	}
+}
+
+func TestShiftedSegment(t *testing.T) {
+	fx := buildFixtures(t)
+	ef, err := elf.Open(fx.shifted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	var deltas []uint64
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			deltas = append(deltas, p.Vaddr-p.Off)
+		}
+	}
+	if len(deltas) == 0 || deltas[0] == 0 {
+		t.Fatalf("fixture's text segment has p_vaddr - p_offset = %#x, want non-zero", deltas)
+	}
+}
+
+func TestAmbiguous(t *testing.T) {
+	fx := buildFixtures(t)
+	_, err := Resolve(fx.pie, "dup")
+	var ae *AmbiguousError
+	if !errors.As(err, &ae) || !errors.Is(err, ErrAmbiguous) {
+		t.Fatalf("Resolve(dup) = %v, want an AmbiguousError", err)
+	}
+	if len(ae.Sites) != 2 || ae.Sites[0].Offset == ae.Sites[1].Offset {
+		t.Errorf("ambiguous sites = %+v", ae.Sites)
+	}
+	if !strings.Contains(err.Error(), "dup") || !strings.Contains(err.Error(), "offset") {
+		t.Errorf("error does not list the definitions: %v", err)
+	}
+	// A glob selects both.
+	sites, err := Resolve(fx.pie, "du[p]")
+	if err != nil || len(sites) != 2 {
+		t.Errorf("Resolve(du[p]) = %v, %v; want two sites", sites, err)
+	}
+}
+
+func TestVersioned(t *testing.T) {
+	fx := buildFixtures(t)
+	f, err := Open(fx.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	def, err := f.Resolve("vfunc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := f.Resolve("vfunc_v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(def) != 1 || def[0].Offset != v2[0].Offset || def[0].Version != "VERS_2" || def[0].Name != "vfunc" {
+		t.Errorf("vfunc = %+v, want the default version VERS_2 at vfunc_v2 (%#x)", def, v2[0].Offset)
+	}
+	old, err := f.Resolve("vfunc@VERS_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, err := f.Resolve("vfunc_v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(old) != 1 || old[0].Offset != v1[0].Offset || old[0].Offset == def[0].Offset {
+		t.Errorf("vfunc@VERS_1 = %+v, want vfunc_v1 at %#x", old, v1[0].Offset)
+	}
+	if both, err := f.Resolve("vfunc@VERS_*"); err != nil || len(both) != 2 {
+		t.Errorf("vfunc@VERS_* = %+v, %v; want both versions", both, err)
+	}
+	if _, err := f.Resolve("vfunc@@VERS_1"); !errors.Is(err, ErrNoMatch) {
+		t.Errorf("vfunc@@VERS_1 = %v, want no match (VERS_1 is not the default)", err)
+	}
+	lib, err := f.Resolve("lib_*")
+	if err != nil || len(lib) != 1 || lib[0].Name != "lib_func" || !slices.Contains(lib[0].Aliases, "lib_alias") {
+		t.Errorf("lib_* = %+v, %v; want lib_func with alias lib_alias", lib, err)
+	}
+	all, err := f.Resolve("*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOffsets(t, fx.lib, all)
+}
+
+func TestGoStripped(t *testing.T) {
+	fx := buildFixtures(t)
+	ef, err := elf.Open(fx.gostripped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ef.Section(".symtab") != nil {
+		t.Fatal("fixture is not stripped")
+	}
+	ef.Close()
+	sites, err := Resolve(fx.gostripped, "main.*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := siteNames(sites)
+	for _, want := range []string{"main.main", "main.hello", "main.(*counter).Add"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("main.* = %q, missing %s", names, want)
+		}
+	}
+	checkOffsets(t, fx.gostripped, sites)
+	if _, err := Resolve(fx.gostripped, "runtime.mallocgc"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSystemFiles(t *testing.T) {
+	bash, err := LookPath("bash")
+	if err != nil {
+		t.Skipf("no bash: %v", err)
+	}
+	sites, err := Resolve(bash, "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sites) < 100 {
+		t.Errorf("bash: only %d sites", len(sites))
+	}
+	checkOffsets(t, bash, sites)
+
+	libc, err := LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(libc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	all, err := f.Resolve("*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOffsets(t, libc, all)
+	if f.Machine() == elf.EM_X86_64 {
+		cur, err := f.Resolve("memcpy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old, err := f.Resolve("memcpy@GLIBC_2.2.5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur[0].Version != "GLIBC_2.14" || cur[0].Offset == old[0].Offset {
+			t.Errorf("memcpy = %+v, memcpy@GLIBC_2.2.5 = %+v: want the default GLIBC_2.14 at another offset", cur, old)
+		}
+		strlen, err := f.Resolve("strlen")
+		if err != nil || strlen[0].Type != elf.STT_GNU_IFUNC {
+			t.Errorf("strlen = %+v, %v; want an IFUNC", strlen, err)
+		}
+	}
+	malloc, err := f.Resolve("malloc")
+	if err != nil || len(malloc) != 1 {
+		t.Fatalf("malloc = %+v, %v", malloc, err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	fx := buildFixtures(t)
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good, err := os.ReadFile(fx.pie)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := bytes.Clone(good)
+	be[elf.EI_DATA] = byte(elf.ELFDATA2MSB)
+	c32 := bytes.Clone(good)
+	c32[elf.EI_CLASS] = byte(elf.ELFCLASS32)
+
+	tests := []struct {
+		name string
+		path string
+		want error
+	}{
+		{"missing", filepath.Join(dir, "nope"), ErrNotFound},
+		{"missing is fs.ErrNotExist", filepath.Join(dir, "nope"), fs.ErrNotExist},
+		{"not elf", write("text", []byte("#!/bin/sh\necho hello, this is not an ELF file at all\n")), ErrNotELF},
+		{"empty", write("empty", nil), ErrNotELF},
+		{"directory", dir, ErrNotELF},
+		{"big-endian", write("be", be), ErrUnsupported},
+		{"32-bit", write("c32", c32), ErrUnsupported},
+		{"truncated", write("trunc", good[:len(good)/2]), ErrMalformed},
+		{"header only", write("hdr", good[:64]), ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Open(tt.path)
+			if err == nil {
+				f.Close()
+			}
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Open(%s) = %v, want %v", tt.name, err, tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.path) {
+				t.Errorf("error %q does not name the file", err)
+			}
+		})
+	}
+
+	_, err = Resolve(fx.pie, "func_alpah")
+	var nm *NoMatchError
+	if !errors.As(err, &nm) || !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("no match: %v", err)
+	}
+	if nm.Searched == 0 || !slices.Contains(nm.Suggestions, "func_alpha") || !strings.Contains(err.Error(), fx.pie) {
+		t.Errorf("no-match error = %v (%+v), want it to name the file, count and suggest func_alpha", err, nm)
+	}
+	for _, bad := range [][]string{{"func_["}, {"!func_*"}, {}, {""}, {"f@"}} {
+		if _, err := Resolve(fx.pie, bad...); !errors.Is(err, ErrBadPattern) {
+			t.Errorf("Resolve(%q) = %v, want ErrBadPattern", bad, err)
+		}
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	libc, err := LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(libc) || !hostELF(libc) {
+		t.Errorf("LookPath(libc.so.6) = %s", libc)
+	}
+	if p, err := LookPath("sh"); err != nil || !strings.HasSuffix(p, "/sh") {
+		t.Errorf("LookPath(sh) = %s, %v", p, err)
+	}
+	if _, err := LookPath("libdoesnotexist.so.9"); !errors.Is(err, ErrNotFound) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LookPath(missing) = %v", err)
+	}
+	// A process's root works like a container's.
+	self := "/proc/" + itoa(os.Getpid()) + "/root"
+	p, err := LookPathIn(self, "libc.so.6")
+	if err != nil || !strings.HasPrefix(p, self) {
+		t.Errorf("LookPathIn(%s, libc.so.6) = %s, %v", self, p, err)
+	}
+	if _, err := Resolve(p, "malloc"); err != nil {
+		t.Errorf("resolving through %s: %v", p, err)
+	}
+}
+
+func TestExecutableMappings(t *testing.T) {
+	maps, err := ExecutableMappings(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	found := false
+	for _, m := range maps {
+		if m.Path == exe {
+			found = true
+			if _, err := os.Stat(m.HostPath); err != nil {
+				t.Errorf("HostPath %s: %v", m.HostPath, err)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("ExecutableMappings(self) = %+v, missing %s", maps, exe)
+	}
+	if _, err := ExecutableMappings(1 << 30); err == nil {
+		t.Error("ExecutableMappings of a missing pid succeeded")
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+

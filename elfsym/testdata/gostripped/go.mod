@@ -1,0 +1,3 @@
+module gostripped
+
+go 1.26

@@ -1,0 +1,8 @@
+/* A shared library with one symbol in two versions, bound by .symver. */
+__attribute__((noinline, used)) int vfunc_v1(int x) { return x + 1; }
+__attribute__((noinline, used)) int vfunc_v2(int x) { return x + 2; }
+__asm__(".symver vfunc_v1, vfunc@VERS_1");
+__asm__(".symver vfunc_v2, vfunc@@VERS_2");
+
+__attribute__((noinline)) int lib_func(int x) { return x * 5; }
+int lib_alias(int x) __attribute__((alias("lib_func")));
