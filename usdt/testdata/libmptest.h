@@ -1,0 +1,1 @@
+void lib_fire(int a, long b);
