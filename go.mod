@@ -2,11 +2,10 @@ module github.com/multiprobe/multiprobe
 
 go 1.26.0
 
-require github.com/cilium/ebpf v0.22.0
-
 require (
-	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
+	github.com/cilium/ebpf v0.22.0
+	golang.org/x/sync v0.25.0
+	golang.org/x/sys v0.50.0
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go

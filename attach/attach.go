@@ -1,0 +1,419 @@
+package attach
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"golang.org/x/sys/unix"
+)
+
+// MaxSitesPerLink is the kernel's limit on the sites of one uprobe_multi
+// link (MAX_UPROBE_MULTI_CNT; more fail with E2BIG). UprobeMulti splits a
+// binary with more sites into several links.
+const MaxSitesPerLink = 1 << 20
+
+// sitesPerLink is MaxSitesPerLink, lowered by tests to exercise splitting
+// without a million sites.
+var sitesPerLink = MaxSitesPerLink
+
+var (
+	// ErrUprobeMultiUnsupported: the kernel has no uprobe_multi links
+	// (before Linux 6.6). Use the per-site perf-event path instead.
+	ErrUprobeMultiUnsupported = errors.New("kernel has no uprobe_multi links (Linux 6.6+)")
+	// ErrPIDFilterUnsupported: Options.PID was set, but the kernel's
+	// uprobe_multi pid filter matches one thread only (fixed in Linux 6.10).
+	ErrPIDFilterUnsupported = errors.New("kernel's uprobe_multi pid filter misses all threads but one (fixed in Linux 6.10)")
+	// ErrSessionUnsupported: Options.Session was set on a kernel without
+	// uprobe sessions (before Linux 6.13).
+	ErrSessionUnsupported = errors.New("kernel has no uprobe sessions (Linux 6.13+)")
+	// ErrWrongProgram: the program cannot be attached this way: it is not a
+	// kprobe-type program, or it was loaded for the other attach path (its
+	// expected attach type is not the one the link needs).
+	ErrWrongProgram = errors.New("program not loaded for this attach type")
+	// ErrInvalidTarget: a Target is malformed (no path or offsets, slices of
+	// different lengths, an offset past the end of the file, an odd
+	// ref-counter offset, a path that is not a regular file).
+	ErrInvalidTarget = errors.New("invalid target")
+	// ErrInvalidOptions: Options are inconsistent (Session with Return, a
+	// negative PID).
+	ErrInvalidOptions = errors.New("invalid options")
+)
+
+// Target is one binary and the sites to probe in it.
+type Target struct {
+	// Path of the binary or shared library. The kernel resolves it when the
+	// link is made, following symbolic links.
+	Path string
+	// Offsets are the sites' file offsets (not virtual addresses).
+	Offsets []uint64
+	// RefCtrOffsets, if not nil, holds one ref-counter (USDT semaphore) file
+	// offset per site, 0 for none. The kernel increments the counter while
+	// the site is probed. Non-zero values must be even.
+	RefCtrOffsets []uint64
+	// Cookies, if not nil, holds one BPF cookie per site. If nil, a site's
+	// cookie is its index among all sites of the call: the sites of
+	// targets[0] get 0 … len-1, those of targets[1] continue from there.
+	Cookies []uint64
+	// Names, if not nil, names every site (a symbol, say) for error
+	// messages. It does not reach the kernel.
+	Names []string
+}
+
+// Options change how UprobeMulti attaches. The zero value, like a nil
+// *Options, attaches entry probes for all processes with the detected
+// kernel features.
+type Options struct {
+	// Return attaches return probes (uretprobes) instead of entry probes.
+	Return bool
+	// Session attaches a uprobe session (Linux 6.13): the program runs at
+	// entry and, if it returned 0 there, again at return. It must have been
+	// loaded with attach type kernelprobe.AttachTraceUprobeSession (section
+	// "uprobe.session"). Excludes Return.
+	Session bool
+	// PID, if not 0, restricts the probes to the process (all its threads,
+	// not its children) with this pid, through the kernel's pid filter.
+	// Kernels before 6.10 give ErrPIDFilterUnsupported.
+	PID int
+	// Features, if not nil, is used instead of kernelprobe.Detect().
+	Features *kernelprobe.Features
+}
+
+// Link is a set of uprobe_multi links made by one call of UprobeMulti: one
+// kernel link per binary (more for a binary with more than MaxSitesPerLink
+// sites). It is safe for concurrent use. Keep it referenced for as long as
+// the probes should stay: like cilium/ebpf's links, its file descriptors
+// are closed, and the sites detached, when the garbage collector finds it
+// unreachable.
+type Link struct {
+	mu      sync.Mutex
+	targets []Target
+	files   []*os.File // one per kernel link; nil after Close
+	spans   []span     // the sites each kernel link covers
+	closed  bool
+}
+
+type span struct {
+	target, first, end int // sites targets[target].Offsets[first:end]
+}
+
+// UprobeMulti attaches prog to every site of targets through uprobe_multi
+// links, one per target (binary), all or nothing: if a link fails, those
+// already made are closed before the error returns. prog must be a kprobe
+// program loaded for the uprobe_multi path (see
+// kernelprobe.PrepareProgramSpec) or, with Options.Session, for sessions.
+// opts may be nil.
+//
+// Targets are checked before anything is attached; errors wrap
+// ErrInvalidTarget, ErrInvalidOptions, ErrWrongProgram, fs.ErrNotExist (a
+// missing binary, with its path) or the kernel's errno, and say which binary
+// and site failed and what to do.
+//
+// UprobeMulti keeps copies of the targets' slices; the caller may reuse
+// them.
+func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if prog == nil {
+		return nil, fmt.Errorf("attach: nil program: %w", ErrWrongProgram)
+	}
+	if prog.Type() != ebpf.Kprobe {
+		return nil, fmt.Errorf("attach: program %v has type %v; uprobes need a Kprobe program: %w", prog, prog.Type(), ErrWrongProgram)
+	}
+
+	f := opts.Features
+	if f == nil {
+		d, err := kernelprobe.Detect()
+		if err != nil {
+			return nil, fmt.Errorf("attach: %w", err)
+		}
+		f = &d
+	}
+	if !f.UprobeMulti {
+		return nil, fmt.Errorf("attach: kernel %s: %w; attach per site through perf events instead", f.Release, ErrUprobeMultiUnsupported)
+	}
+
+	attachType, kind, flags := ebpf.AttachTraceUprobeMulti, "uprobe_multi", uint32(0)
+	switch {
+	case opts.Session && opts.Return:
+		return nil, fmt.Errorf("attach: Session and Return together (a session program already runs at entry and return): %w", ErrInvalidOptions)
+	case opts.Session:
+		if !f.UprobeSession {
+			return nil, fmt.Errorf("attach: kernel %s: %w", f.Release, ErrSessionUnsupported)
+		}
+		attachType, kind = kernelprobe.AttachTraceUprobeSession, "uprobe session"
+	case opts.Return:
+		flags = unix.BPF_F_UPROBE_MULTI_RETURN
+	}
+	if opts.PID < 0 || int64(opts.PID) > int64(^uint32(0)>>1) {
+		return nil, fmt.Errorf("attach: PID %d: %w", opts.PID, ErrInvalidOptions)
+	}
+	if opts.PID > 0 && !f.UprobeMultiPIDFilter {
+		return nil, fmt.Errorf("attach: pid %d on kernel %s: %w; filter by pid inside the BPF program instead", opts.PID, f.Release, ErrPIDFilterUnsupported)
+	}
+
+	ts, err := prepareTargets(targets)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkProgram(prog, attachType, kind); err != nil {
+		return nil, err
+	}
+
+	l := &Link{targets: ts}
+	for ti := range ts {
+		t := &ts[ti]
+		path, err := unix.BytePtrFromString(t.Path)
+		if err != nil { // checked by prepareTargets
+			l.Close()
+			return nil, fmt.Errorf("attach: path %q: %w", t.Path, ErrInvalidTarget)
+		}
+		for first := 0; first < len(t.Offsets); first += sitesPerLink {
+			end := min(first+sitesPerLink, len(t.Offsets))
+			attr := linkCreateAttr{
+				progFD:     uint32(prog.FD()),
+				attachType: uint32(attachType),
+				path:       addr(path),
+				offsets:    ptr(t.Offsets[first:end]),
+				cookies:    ptr(t.Cookies[first:end]),
+				count:      uint32(end - first),
+				multiFlags: flags,
+				pid:        uint32(opts.PID),
+			}
+			if t.RefCtrOffsets != nil {
+				attr.refCtrOffsets = ptr(t.RefCtrOffsets[first:end])
+			}
+			fd, errno := linkCreate(&attr)
+			runtime.KeepAlive(path)
+			runtime.KeepAlive(t)
+			runtime.KeepAlive(prog)
+			if errno != 0 {
+				err := explain(errno, kind, t, targetOf(ti, len(ts)), first, end, opts.PID)
+				if cerr := l.Close(); cerr != nil {
+					err = errors.Join(err, fmt.Errorf("attach: closing the links already made: %w", cerr))
+				}
+				return nil, err
+			}
+			l.files = append(l.files, os.NewFile(uintptr(fd), kind+":"+t.Path))
+			l.spans = append(l.spans, span{ti, first, end})
+		}
+	}
+	return l, nil
+}
+
+// prepareTargets checks targets and returns copies with cookies filled in.
+// The copies live on the heap, which the kernel reads through raw
+// addresses.
+func prepareTargets(targets []Target) ([]Target, error) {
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("attach: no targets: %w", ErrInvalidTarget)
+	}
+	out := make([]Target, len(targets))
+	var next uint64 // the default cookie of the next site
+	for i, t := range targets {
+		n := len(t.Offsets)
+		if t.Path == "" {
+			return nil, fmt.Errorf("attach: target %d has no path: %w", i, ErrInvalidTarget)
+		}
+		if strings.IndexByte(t.Path, 0) >= 0 {
+			return nil, fmt.Errorf("attach: target %d: path %q contains NUL: %w", i, t.Path, ErrInvalidTarget)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("attach: %s: no offsets: %w", t.Path, ErrInvalidTarget)
+		}
+		for _, s := range []struct {
+			name string
+			len  int
+			set  bool
+		}{
+			{"RefCtrOffsets", len(t.RefCtrOffsets), t.RefCtrOffsets != nil},
+			{"Cookies", len(t.Cookies), t.Cookies != nil},
+			{"Names", len(t.Names), t.Names != nil},
+		} {
+			if s.set && s.len != n {
+				return nil, fmt.Errorf("attach: %s: %d %s for %d offsets (want nil or one per offset): %w", t.Path, s.len, s.name, n, ErrInvalidTarget)
+			}
+		}
+
+		st, err := os.Stat(t.Path)
+		if err != nil {
+			return nil, fmt.Errorf("attach: %s%w", targetOf(i, len(targets)), err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("attach: %s is not a regular file (mode %v): %w", t.Path, st.Mode(), ErrInvalidTarget)
+		}
+		size := uint64(st.Size())
+		for j, off := range t.Offsets {
+			if off >= size {
+				return nil, fmt.Errorf("attach: %s: site %s: offset %#x is past the end of the file (%d bytes); offsets are file offsets, not addresses: %w",
+					t.Path, siteName(&t, j), off, size, ErrInvalidTarget)
+			}
+		}
+		for j, rc := range t.RefCtrOffsets {
+			if rc%2 != 0 {
+				return nil, fmt.Errorf("attach: %s: site %s: ref-counter offset %#x is odd (the kernel needs 2-byte alignment): %w",
+					t.Path, siteName(&t, j), rc, ErrInvalidTarget)
+			}
+		}
+
+		c := Target{
+			Path:          t.Path,
+			Offsets:       slices.Clone(t.Offsets),
+			RefCtrOffsets: slices.Clone(t.RefCtrOffsets),
+			Cookies:       slices.Clone(t.Cookies),
+			Names:         slices.Clone(t.Names),
+		}
+		if c.Cookies == nil {
+			c.Cookies = make([]uint64, n)
+			for j := range c.Cookies {
+				c.Cookies[j] = next + uint64(j)
+			}
+		}
+		next += uint64(n)
+		out[i] = c
+	}
+	return out, nil
+}
+
+// targetOf names target i of n in messages, if there are several.
+func targetOf(i, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf("target %d of %d, ", i+1, n)
+}
+
+func siteName(t *Target, j int) string {
+	if j < len(t.Names) && t.Names[j] != "" {
+		return fmt.Sprintf("%s (#%d, offset %#x)", t.Names[j], j, t.Offsets[j])
+	}
+	return fmt.Sprintf("#%d (offset %#x)", j, t.Offsets[j])
+}
+
+// checkProgram asks the kernel for a link on "/" with prog. The kernel
+// checks the program's expected attach type before it looks at the path,
+// so EINVAL means prog was loaded for another attach path and EBADF (a
+// directory is not a regular file) means it fits. This is more robust than
+// reading the program's info, which does not report the expected attach
+// type.
+func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
+	attr := linkCreateAttr{
+		progFD:     uint32(prog.FD()),
+		attachType: uint32(at),
+		path:       addr(rootPath),
+		offsets:    ptr(checkOffsets),
+		count:      1,
+	}
+	fd, errno := linkCreate(&attr)
+	switch errno {
+	case unix.EBADF:
+		return nil
+	case 0:
+		unix.Close(fd)
+		return fmt.Errorf("attach: the kernel made a %s link on / for program %v, which it should refuse", kind, prog)
+	case unix.EINVAL:
+		hint := "load it after kernelprobe.PrepareProgramSpec(spec, kernelprobe.PathUprobeMulti)"
+		if at == kernelprobe.AttachTraceUprobeSession {
+			hint = `load it from a SEC("uprobe.session") section or with AttachType kernelprobe.AttachTraceUprobeSession`
+		}
+		return fmt.Errorf("attach: program %v was not loaded for %s links (%s): %w: %w", prog, kind, hint, ErrWrongProgram, errno)
+	}
+	return explainCommon(fmt.Sprintf("attach: checking program %v for %s", prog, kind), errno, 0)
+}
+
+var (
+	rootPath     = &[]byte("/\x00")[0]
+	checkOffsets = []uint64{0}
+)
+
+// explain turns the kernel's errno for a failed link into an error that
+// names the binary and says what to do.
+func explain(errno unix.Errno, kind string, t *Target, which string, first, end, pid int) error {
+	where := fmt.Sprintf("attach: %s link for %s (%ssites %s to %s)", kind, t.Path, which, siteName(t, first), siteName(t, end-1))
+	if first == 0 && end == len(t.Offsets) {
+		where = fmt.Sprintf("attach: %s link for %s (%s%d sites)", kind, t.Path, which, end)
+	}
+	switch errno {
+	case unix.EBADF:
+		return fmt.Errorf("%s: not a regular file: %w", where, errno)
+	case unix.E2BIG:
+		return fmt.Errorf("%s: more sites than the kernel allows in one link: %w", where, errno)
+	case unix.EINVAL:
+		return fmt.Errorf("%s: the kernel refused a site (offset not at an instruction boundary, "+
+			"or a ref-counter offset different from the one already registered at that offset): %w", where, errno)
+	}
+	return explainCommon(where, errno, pid)
+}
+
+func explainCommon(where string, errno unix.Errno, pid int) error {
+	switch errno {
+	case unix.EPERM, unix.EACCES:
+		return fmt.Errorf("%s: %w (needs CAP_BPF and CAP_PERFMON, or root)", where, errno)
+	case unix.ESRCH:
+		return fmt.Errorf("%s: process %d does not exist: %w", where, pid, errno)
+	case unix.ENOENT:
+		return fmt.Errorf("%s: file does not exist: %w", where, errno)
+	}
+	return fmt.Errorf("%s: %w", where, errno)
+}
+
+// Close detaches every site and releases the links' file descriptors. It
+// may be called more than once; later calls return nil. Detaching is the
+// slow part of a uprobe's life (tens of milliseconds per thousand sites).
+func (l *Link) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	var errs []error
+	for i := len(l.files) - 1; i >= 0; i-- {
+		if err := l.files[i].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("attach: close link for %s: %w", l.targets[l.spans[i].target].Path, err))
+		}
+	}
+	l.files = nil
+	return errors.Join(errs...)
+}
+
+// Targets returns the targets as attached, with Cookies filled in. The
+// slices inside are the Link's own: do not modify them.
+func (l *Link) Targets() []Target {
+	return slices.Clone(l.targets)
+}
+
+// Sites returns the number of sites attached, over all targets.
+func (l *Link) Sites() int {
+	n := 0
+	for _, t := range l.targets {
+		n += len(t.Offsets)
+	}
+	return n
+}
+
+// Cookies returns every site's cookie, in the order of the targets and their
+// offsets.
+func (l *Link) Cookies() []uint64 {
+	out := make([]uint64, 0, l.Sites())
+	for _, t := range l.targets {
+		out = append(out, t.Cookies...)
+	}
+	return out
+}
+
+// FDs returns the number of kernel links, each one file descriptor, that l
+// holds: one per target, more for targets with more than MaxSitesPerLink
+// sites, none after Close.
+func (l *Link) FDs() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.files)
+}

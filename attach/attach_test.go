@@ -1,0 +1,563 @@
+package attach
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/testprogs"
+	"golang.org/x/sys/unix"
+)
+
+// state is what must be the same before an attach and after its Close (or
+// its failure): this process's fds and the kernel's links of our programs.
+// Links of other programs are ignored: other processes on the machine make
+// and close links all the time.
+type state struct {
+	fds   int
+	links []link.ID
+	progs []*ebpf.Program
+}
+
+func snapshot(tb testing.TB, progs ...*ebpf.Program) state {
+	tb.Helper()
+	s := state{progs: progs}
+	ours := map[ebpf.ProgramID]bool{}
+	for _, p := range progs {
+		info, err := p.Info()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		id, _ := info.ID()
+		ours[id] = true
+	}
+	var it link.Iterator
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue // closed meanwhile, or a link type cilium cannot describe
+		}
+		if ours[info.Program] {
+			s.links = append(s.links, it.ID)
+		}
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	fds, err := testutil.OpenFDs()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.fds = fds
+	return s
+}
+
+func (s state) check(tb testing.TB, what string) {
+	tb.Helper()
+	now := snapshot(tb, s.progs...)
+	if now.fds != s.fds {
+		tb.Errorf("%s: %d fds open, want %d", what, now.fds, s.fds)
+	}
+	if !slices.Equal(now.links, s.links) {
+		tb.Errorf("%s: kernel links %v, want %v", what, now.links, s.links)
+	}
+}
+
+// setup builds a private target with n functions, loads the counter
+// programs for the uprobe_multi path and returns them with the functions'
+// offsets.
+func setup(t *testing.T, n int) (string, []uint64, *testprogs.Counter) {
+	t.Helper()
+	testutil.RequireBPF(t)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UprobeMulti {
+		testutil.Unavailable(t, "kernel %s has no uprobe_multi", f.Release)
+	}
+	path := testprogs.PrivateTarget(t, n)
+	offsets, err := testprogs.TargetOffsets(path, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.LoadCounter(kernelprobe.PathUprobeMulti)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return path, offsets, c
+}
+
+// run runs a target to completion and checks its output.
+func run(t *testing.T, path string, n, calls int) {
+	t.Helper()
+	out, err := exec.Command(path, strconv.Itoa(calls)).Output()
+	if err != nil {
+		t.Fatalf("%s %d: %v", path, calls, err)
+	}
+	if want := fmt.Sprintf("done %d\n", testprogs.ExpectedSum(n, calls)); string(out) != want {
+		t.Fatalf("%s printed %q, want %q", path, out, want)
+	}
+}
+
+func names(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = testprogs.FuncName(i)
+	}
+	return out
+}
+
+func TestUprobeMultiCounts(t *testing.T) {
+	const n, calls = 10_000, 2
+	path, offsets, c := setup(t, n)
+	before := snapshot(t, c.CountEntry)
+
+	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets, Names: names(n)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.FDs() != 1 || l.Sites() != n {
+		t.Errorf("FDs() = %d, Sites() = %d; want 1, %d", l.FDs(), l.Sites(), n)
+	}
+	attached := snapshot(t, c.CountEntry)
+	if attached.fds != before.fds+1 || len(attached.links) != len(before.links)+1 {
+		t.Errorf("attaching %d sites took %d fds and %d kernel links, want 1 and 1",
+			n, attached.fds-before.fds, len(attached.links)-len(before.links))
+	}
+
+	infos, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(infos) != 1 {
+		t.Fatalf("Info() has %d links, want 1", len(infos))
+	}
+	in := infos[0]
+	wantCookies := make([]uint64, n)
+	for i := range wantCookies {
+		wantCookies[i] = uint64(i)
+	}
+	if in.Path != path || in.Return || in.PID != 0 || !slices.Equal(in.Offsets, offsets) ||
+		!slices.Equal(in.Cookies, wantCookies) || !slices.Equal(l.Cookies(), wantCookies) ||
+		!slices.Contains(attached.links, in.ID) {
+		t.Errorf("Info() = {ID %d, Path %q, Return %v, PID %d, %d offsets, %d cookies}, not what was attached",
+			in.ID, in.Path, in.Return, in.PID, len(in.Offsets), len(in.Cookies))
+	}
+
+	run(t, path, n, calls)
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i, got := range counts {
+		if want := uint64(testprogs.ExpectedCalls(i, calls)); got != want {
+			if bad++; bad <= 5 {
+				t.Errorf("site %s: %d calls counted, want %d", testprogs.FuncName(i), got, want)
+			}
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%d of %d sites miscounted", bad, n)
+	}
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if l.FDs() != 0 {
+		t.Errorf("FDs() after Close = %d", l.FDs())
+	}
+	if _, err := l.Info(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Info() after Close: %v, want os.ErrClosed", err)
+	}
+	before.check(t, "after Close")
+
+	// Detached: another run adds nothing.
+	run(t, path, n, calls)
+	again, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again, counts) {
+		t.Error("sites still counted after Close")
+	}
+}
+
+func TestReturnProbes(t *testing.T) {
+	const n, calls = 1000, 3
+	path, offsets, c := setup(t, n)
+
+	l, err := UprobeMulti(c.RecordReturn, []Target{{Path: path, Offsets: offsets}}, &Options{Return: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	infos, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !infos[0].Return {
+		t.Error("Info().Return = false for return probes")
+	}
+	run(t, path, n, calls)
+	rets, err := testprogs.ReadArray(c.RetCounts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := testprogs.ReadArray(c.RetValues, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		k := testprogs.ExpectedCalls(i, calls)
+		if rets[i] != uint64(k) || vals[i] != testprogs.ExpectedReturn(i, uint64(k-1)) {
+			t.Fatalf("site %s: %d returns, last value %d; want %d, %d",
+				testprogs.FuncName(i), rets[i], vals[i], k, testprogs.ExpectedReturn(i, uint64(k-1)))
+		}
+	}
+}
+
+func TestSession(t *testing.T) {
+	const n, calls = 500, 2
+	path, offsets, _ := setup(t, n)
+	f, _ := kernelprobe.Detect()
+	if !f.UprobeSession {
+		testutil.Unavailable(t, "kernel %s has no uprobe sessions", f.Release)
+	}
+	s, err := testprogs.LoadSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	l, err := UprobeMulti(s.CountSession, []Target{{Path: path, Offsets: offsets}}, &Options{Session: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	run(t, path, n, calls)
+	entries, _ := testprogs.ReadArray(s.Entries, n)
+	returns, _ := testprogs.ReadArray(s.Returns, n)
+	values, err := testprogs.ReadArray(s.Values, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		k := uint64(testprogs.ExpectedCalls(i, calls))
+		if entries[i] != k || returns[i] != k || values[i] != testprogs.ExpectedReturn(i, k-1) {
+			t.Fatalf("site %s: %d entries, %d returns, last value %d; want %d, %d, %d", testprogs.FuncName(i),
+				entries[i], returns[i], values[i], k, k, testprogs.ExpectedReturn(i, k-1))
+		}
+	}
+}
+
+// startWaiting starts a target that waits for a line on stdin before
+// calling its functions.
+func startWaiting(t *testing.T, path string, calls int) (*exec.Cmd, io.WriteCloser, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(path, "-wait", strconv.Itoa(calls))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	r := bufio.NewReader(stdout)
+	line, err := r.ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("%s -wait: read %q, %v", path, line, err)
+	}
+	rest := new(strings.Builder)
+	go io.Copy(rest, r)
+	return cmd, stdin, rest
+}
+
+func TestPIDFilter(t *testing.T) {
+	const n, calls = 200, 2
+	path, offsets, c := setup(t, n)
+	f, _ := kernelprobe.Detect()
+	if !f.UprobeMultiPIDFilter {
+		testutil.Unavailable(t, "kernel %s has no working uprobe_multi pid filter", f.Release)
+	}
+
+	a, aIn, _ := startWaiting(t, path, calls)
+	b, bIn, _ := startWaiting(t, path, calls)
+	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, &Options{PID: a.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if infos, err := l.Info(); err != nil || infos[0].PID != uint32(a.Process.Pid) {
+		t.Errorf("Info() = %+v, %v; want PID %d", infos, err, a.Process.Pid)
+	}
+	for _, p := range []struct {
+		cmd *exec.Cmd
+		in  io.WriteCloser
+	}{{a, aIn}, {b, bIn}} {
+		p.in.Close()
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var want uint64
+	for i := range n {
+		want += uint64(testprogs.ExpectedCalls(i, calls))
+	}
+	var got uint64
+	if err := c.PIDCounts.Lookup(uint32(a.Process.Pid), &got); err != nil || got != want {
+		t.Errorf("pid %d (filtered for): %d calls counted (%v), want %d", a.Process.Pid, got, err, want)
+	}
+	if err := c.PIDCounts.Lookup(uint32(b.Process.Pid), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("pid %d (filtered out): %d calls counted (%v), want none", b.Process.Pid, got, err)
+	}
+}
+
+func TestSeveralTargetsAndCookies(t *testing.T) {
+	const n, calls = 300, 1
+	pathA, offsets, c := setup(t, n)
+	pathB := testprogs.PrivateTarget(t, n) // same content, another inode
+	before := snapshot(t, c.CountEntry)
+
+	// A gets the default cookies 0…n-1, B continues with n…2n-1; C's are
+	// given, reversed, in the upper half of the arrays.
+	pathC := testprogs.PrivateTarget(t, n)
+	custom := make([]uint64, n)
+	for i := range custom {
+		custom[i] = uint64(3*n - 1 - i)
+	}
+	l, err := UprobeMulti(c.CountEntry, []Target{
+		{Path: pathA, Offsets: offsets},
+		{Path: pathB, Offsets: offsets},
+		{Path: pathC, Offsets: offsets, Cookies: custom},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.FDs() != 3 || snapshot(t, c.CountEntry).fds != before.fds+3 {
+		t.Errorf("3 binaries: FDs() = %d, want 3 (one per binary)", l.FDs())
+	}
+	run(t, pathB, n, calls)
+	run(t, pathC, n, calls)
+	counts, err := testprogs.ReadArray(c.Counts, 3*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		k := uint64(testprogs.ExpectedCalls(i, calls))
+		if counts[i] != 0 || counts[n+i] != k || counts[3*n-1-i] != k {
+			t.Fatalf("site %d: counts A %d, B %d, C %d; want 0, %d, %d", i, counts[i], counts[n+i], counts[3*n-1-i], k, k)
+		}
+	}
+	l.Close()
+	before.check(t, "after Close")
+}
+
+func TestSplit(t *testing.T) {
+	const n, calls = 1000, 1
+	path, offsets, c := setup(t, n)
+	defer func(old int) { sitesPerLink = old }(sitesPerLink)
+	sitesPerLink = 300
+	before := snapshot(t, c.CountEntry)
+
+	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.FDs() != 4 {
+		t.Errorf("%d sites at 300 per link: FDs() = %d, want 4", n, l.FDs())
+	}
+	infos, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []uint64
+	for i, in := range infos {
+		if in.First != 300*i || in.Target != 0 {
+			t.Errorf("link %d: Target %d First %d, want 0, %d", i, in.Target, in.First, 300*i)
+		}
+		all = append(all, in.Offsets...)
+	}
+	if !slices.Equal(all, offsets) {
+		t.Error("the links' offsets together are not the target's")
+	}
+	run(t, path, n, calls)
+	counts, _ := testprogs.ReadArray(c.Counts, n)
+	for i := range n {
+		if counts[i] != uint64(testprogs.ExpectedCalls(i, calls)) {
+			t.Fatalf("site %d: %d calls counted, want %d", i, counts[i], testprogs.ExpectedCalls(i, calls))
+		}
+	}
+	l.Close()
+	before.check(t, "after Close")
+}
+
+// TestFailuresLeaveNothing checks that a failed attach leaves no link and no
+// fd behind, even when the failure comes from the kernel after other links
+// were made, and that the error says what went wrong.
+func TestFailuresLeaveNothing(t *testing.T) {
+	const n = 100
+	path, offsets, c := setup(t, n)
+	perfProg, err := testprogs.LoadCounter(kernelprobe.PathPerfEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer perfProg.Close()
+	size := func() uint64 {
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint64(st.Size())
+	}()
+	missing := filepath.Join(t.TempDir(), "no-such-binary")
+	// Two different ref-counter offsets at one site: the kernel refuses the
+	// second link with EINVAL after making the first.
+	refA, refB := make([]uint64, n), make([]uint64, n)
+	refA[0], refB[0] = 0x10, 0x20
+
+	for _, tc := range []struct {
+		name    string
+		prog    *ebpf.Program
+		targets []Target
+		opts    *Options
+		is      []error
+		says    []string
+	}{{
+		name:    "second binary missing",
+		targets: []Target{{Path: path, Offsets: offsets}, {Path: missing, Offsets: offsets}},
+		is:      []error{fs.ErrNotExist},
+		says:    []string{"target 2 of 2", missing},
+	}, {
+		name:    "offset past the end",
+		targets: []Target{{Path: path, Offsets: offsets}, {Path: path, Offsets: []uint64{offsets[0], size + 16}, Names: []string{"f", "beyond"}}},
+		is:      []error{ErrInvalidTarget},
+		says:    []string{path, "beyond", "past the end"},
+	}, {
+		name:    "program loaded for the perf-event path",
+		prog:    perfProg.CountEntry,
+		targets: []Target{{Path: path, Offsets: offsets}},
+		is:      []error{ErrWrongProgram, unix.EINVAL},
+		says:    []string{"PrepareProgramSpec"},
+	}, {
+		name:    "session with an entry program",
+		targets: []Target{{Path: path, Offsets: offsets}},
+		opts:    &Options{Session: true},
+		is:      []error{ErrWrongProgram},
+		says:    []string{"uprobe.session"},
+	}, {
+		name:    "kernel refuses the second link",
+		targets: []Target{{Path: path, Offsets: offsets, RefCtrOffsets: refA}, {Path: path, Offsets: offsets, RefCtrOffsets: refB}},
+		is:      []error{unix.EINVAL},
+		says:    []string{path, "target 2 of 2", "ref-counter"},
+	}, {
+		name:    "no such process",
+		targets: []Target{{Path: path, Offsets: offsets}},
+		opts:    &Options{PID: 1<<22 + 12345},
+		is:      []error{unix.ESRCH},
+		says:    []string{"process 4206649 does not exist"},
+	}, {
+		name:    "directory",
+		targets: []Target{{Path: t.TempDir(), Offsets: []uint64{0}}},
+		is:      []error{ErrInvalidTarget},
+		says:    []string{"not a regular file"},
+	}, {
+		name:    "odd ref-counter offset",
+		targets: []Target{{Path: path, Offsets: offsets[:1], RefCtrOffsets: []uint64{0x11}}},
+		is:      []error{ErrInvalidTarget},
+		says:    []string{"odd"},
+	}, {
+		name:    "cookies of the wrong length",
+		targets: []Target{{Path: path, Offsets: offsets, Cookies: []uint64{1}}},
+		is:      []error{ErrInvalidTarget},
+		says:    []string{"1 Cookies for 100 offsets"},
+	}, {
+		name: "no targets",
+		is:   []error{ErrInvalidTarget},
+	}, {
+		name:    "no offsets",
+		targets: []Target{{Path: path}},
+		is:      []error{ErrInvalidTarget},
+	}, {
+		name:    "session and return",
+		targets: []Target{{Path: path, Offsets: offsets}},
+		opts:    &Options{Session: true, Return: true},
+		is:      []error{ErrInvalidOptions},
+	}, {
+		name:    "negative pid",
+		targets: []Target{{Path: path, Offsets: offsets}},
+		opts:    &Options{PID: -1},
+		is:      []error{ErrInvalidOptions},
+	}, {
+		name:    "kernel without uprobe_multi",
+		targets: []Target{{Path: path, Offsets: offsets}},
+		opts:    &Options{Features: &kernelprobe.Features{Release: "6.1.0"}},
+		is:      []error{ErrUprobeMultiUnsupported},
+		says:    []string{"6.1.0"},
+	}, {
+		name:    "kernel without the pid-filter fix",
+		targets: []Target{{Path: path, Offsets: offsets}},
+		opts:    &Options{PID: os.Getpid(), Features: &kernelprobe.Features{Release: "6.8.0", UprobeMulti: true}},
+		is:      []error{ErrPIDFilterUnsupported},
+	}, {
+		name:    "kernel without sessions",
+		targets: []Target{{Path: path, Offsets: offsets}},
+		opts:    &Options{Session: true, Features: &kernelprobe.Features{Release: "6.12.0", UprobeMulti: true}},
+		is:      []error{ErrSessionUnsupported},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			prog := tc.prog
+			if prog == nil {
+				prog = c.CountEntry
+			}
+			before := snapshot(t, prog)
+			l, err := UprobeMulti(prog, tc.targets, tc.opts)
+			if err == nil {
+				l.Close()
+				t.Fatal("no error")
+			}
+			t.Log(err)
+			for _, want := range tc.is {
+				if !errors.Is(err, want) {
+					t.Errorf("error %q is not %v", err, want)
+				}
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+			before.check(t, "after the failure")
+		})
+	}
+}
+
+func TestNotKprobe(t *testing.T) {
+	if _, err := UprobeMulti(nil, nil, nil); !errors.Is(err, ErrWrongProgram) {
+		t.Errorf("nil program: %v", err)
+	}
+}

@@ -1,0 +1,73 @@
+package testutil
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// Snapshot is what a test checks to prove that a Close, or a failed attach,
+// left nothing behind: the process's open descriptors and the kernel's links
+// for the given programs.
+type Snapshot struct {
+	FDs   int
+	Links []link.ID
+	progs []*ebpf.Program
+}
+
+// TakeSnapshot records the open fds and the kernel links of progs.
+func TakeSnapshot(tb testing.TB, progs ...*ebpf.Program) Snapshot {
+	tb.Helper()
+	s := Snapshot{progs: progs}
+	s.Links = ProgramLinks(tb, progs...)
+	fds, err := OpenFDs()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.FDs = fds
+	return s
+}
+
+// ProgramLinks lists, by iterating the kernel's links, those attached to
+// one of progs.
+func ProgramLinks(tb testing.TB, progs ...*ebpf.Program) []link.ID {
+	tb.Helper()
+	ours := map[ebpf.ProgramID]bool{}
+	for _, p := range progs {
+		info, err := p.Info()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		id, _ := info.ID()
+		ours[id] = true
+	}
+	var ids []link.ID
+	var it link.Iterator
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue // closed meanwhile, or a type cilium cannot describe
+		}
+		if ours[info.Program] {
+			ids = append(ids, it.ID)
+		}
+	}
+	if err := it.Err(); err != nil {
+		tb.Fatal(err)
+	}
+	return ids
+}
+
+// Check fails tb if the fds or links differ from the snapshot's.
+func (s Snapshot) Check(tb testing.TB, what string) {
+	tb.Helper()
+	now := TakeSnapshot(tb, s.progs...)
+	if now.FDs != s.FDs {
+		tb.Errorf("%s: %d fds open, want %d", what, now.FDs, s.FDs)
+	}
+	if !slices.Equal(now.Links, s.Links) {
+		tb.Errorf("%s: kernel links %v, want %v", what, now.Links, s.Links)
+	}
+}

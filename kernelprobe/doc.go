@@ -1,0 +1,25 @@
+// Package kernelprobe is multiprobe's "decide" stage: it finds out once per
+// process what the running kernel offers for user-space probes and picks the
+// attach path from it.
+//
+// [Detect] probes the kernel with tiny programs and link creations that must
+// fail with a known errno (so nothing is ever attached), caches the result,
+// and returns it as a plain [Features] value. [Features.Path] chooses between
+// one uprobe_multi link per binary ([PathUprobeMulti], Linux 6.6+) and
+// per-site perf-event uprobes ([PathPerfEvent]). Because the kernel fixes a
+// program's attach path when the program is loaded, the path must be decided
+// before loading: [PrepareProgramSpec] and [PrepareCollectionSpec] set the
+// expected attach type of uprobe programs to match.
+//
+// Tests and users can pretend the kernel lacks a feature, so that the
+// fallback paths run on any kernel: programmatically with [SetOverride], or
+// with the environment variable MULTIPROBE_FORCE, a comma-separated list of
+//
+//	fallback     no uprobe_multi links: use per-site perf-event uprobes
+//	nopidfilter  uprobe_multi's pid filter is treated as broken (pre-6.10)
+//	nocookie     no BPF cookies (pre-5.15)
+//	norefctr     no ref-counter (USDT semaphore) offsets (pre-4.20)
+//	nosession    no uprobe sessions (pre-6.13)
+//
+// An unknown word makes Detect return an error wrapping [ErrBadForce].
+package kernelprobe

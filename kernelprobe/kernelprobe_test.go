@@ -1,0 +1,273 @@
+package kernelprobe
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"golang.org/x/sys/unix"
+)
+
+// kernelAtLeast reports whether the running kernel's release is at least
+// major.minor.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	var ma, mi int
+	rel := unix.ByteSliceToString(uts.Release[:])
+	for i, part := range strings.SplitN(rel, ".", 3)[:2] {
+		n := 0
+		for _, c := range part {
+			if c < '0' || c > '9' {
+				break
+			}
+			n = n*10 + int(c-'0')
+		}
+		if i == 0 {
+			ma = n
+		} else {
+			mi = n
+		}
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+func TestDetect(t *testing.T) {
+	testutil.RequireBPF(t)
+	t.Setenv(ForceEnv, "")
+	resetForTest()
+
+	f, err := Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(f)
+	if f.Release == "" {
+		t.Error("empty Release")
+	}
+	// Each feature is expected from the kernel version that introduced it,
+	// so the test checks the probes on whatever kernel runs it.
+	for _, c := range []struct {
+		name         string
+		got          bool
+		major, minor int
+	}{
+		{"UprobePMU", f.UprobePMU, 4, 17},
+		{"RefCtrOffset", f.RefCtrOffset, 4, 20},
+		{"Cookies", f.Cookies, 5, 15},
+		{"UprobeMulti", f.UprobeMulti, 6, 6},
+		{"UprobeMultiPIDFilter", f.UprobeMultiPIDFilter, 6, 10},
+		{"UprobeSession", f.UprobeSession, 6, 13},
+	} {
+		if want := kernelAtLeast(t, c.major, c.minor); c.got != want {
+			t.Errorf("%s = %v on %s, want %v (since %d.%d)", c.name, c.got, f.Release, want, c.major, c.minor)
+		}
+	}
+	if want := PathUprobeMulti; kernelAtLeast(t, 6, 6) && f.Path() != want {
+		t.Errorf("Path() = %v, want %v", f.Path(), want)
+	}
+
+	// Cached: the same answer, from many goroutines at once.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			g, err := Detect()
+			if err != nil || g != f {
+				t.Errorf("cached Detect() = %+v, %v; want %+v", g, err, f)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func all() Features {
+	return Features{Release: "6.18.0", UprobeMulti: true, UprobeMultiPIDFilter: true, Cookies: true,
+		RefCtrOffset: true, UprobeSession: true, UprobePMU: true}
+}
+
+func TestParseForce(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		want    func(*Features)
+		wantErr bool
+	}{
+		{in: "", want: func(*Features) {}},
+		{in: " , ", want: func(*Features) {}},
+		{in: "fallback", want: func(f *Features) {
+			f.UprobeMulti, f.UprobeMultiPIDFilter, f.UprobeSession = false, false, false
+		}},
+		{in: "nopidfilter", want: func(f *Features) { f.UprobeMultiPIDFilter = false }},
+		{in: "nocookie, norefctr", want: func(f *Features) { f.Cookies, f.RefCtrOffset = false, false }},
+		{in: "nosession", want: func(f *Features) { f.UprobeSession = false }},
+		{in: "fallbak", wantErr: true},
+		{in: "nocookie,FALLBACK", wantErr: true},
+	} {
+		apply, err := ParseForce(c.in)
+		if c.wantErr {
+			if !errors.Is(err, ErrBadForce) || !strings.Contains(err.Error(), ForceEnv) {
+				t.Errorf("ParseForce(%q) error = %v, want one naming %s and wrapping ErrBadForce", c.in, err, ForceEnv)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseForce(%q): %v", c.in, err)
+			continue
+		}
+		got, want := all(), all()
+		apply(&got)
+		c.want(&want)
+		if got != want {
+			t.Errorf("ParseForce(%q) gives %+v, want %+v", c.in, got, want)
+		}
+	}
+}
+
+func TestForceEnvAndOverride(t *testing.T) {
+	testutil.RequireBPF(t)
+	t.Setenv(ForceEnv, "")
+	base, err := Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv(ForceEnv, "fallback,nocookie")
+	f, err := Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.UprobeMulti || f.Cookies || f.UprobeSession || f.UprobeMultiPIDFilter || f.Path() != PathPerfEvent {
+		t.Errorf("with %s=fallback,nocookie: %v", ForceEnv, f)
+	}
+	if f.Release != base.Release || f.UprobePMU != base.UprobePMU {
+		t.Errorf("forcing changed unrelated fields: %v vs %v", f, base)
+	}
+
+	t.Setenv(ForceEnv, "bogus")
+	if _, err := Detect(); !errors.Is(err, ErrBadForce) {
+		t.Errorf("with %s=bogus: err = %v, want ErrBadForce", ForceEnv, err)
+	}
+
+	t.Setenv(ForceEnv, "")
+	restore := SetOverride(func(f *Features) { f.UprobeMultiPIDFilter = false })
+	f, err = Detect()
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base
+	want.UprobeMultiPIDFilter = false
+	if f != want {
+		t.Errorf("with override: %v, want %v", f, want)
+	}
+	if f, _ := Detect(); f != base {
+		t.Errorf("after restore: %v, want %v", f, base)
+	}
+}
+
+func TestPath(t *testing.T) {
+	for _, c := range []struct {
+		f    Features
+		want Path
+		str  string
+	}{
+		{Features{UprobeMulti: true}, PathUprobeMulti, "uprobe_multi"},
+		{Features{UprobePMU: true, Cookies: true}, PathPerfEvent, "perf_event"},
+		{Features{}, PathPerfEvent, "perf_event"},
+	} {
+		if got := c.f.Path(); got != c.want || got.String() != c.str {
+			t.Errorf("%+v.Path() = %v (%q), want %v (%q)", c.f, got, got.String(), c.want, c.str)
+		}
+	}
+	if s := Path(0).String(); s != "Path(0)" {
+		t.Errorf("Path(0).String() = %q", s)
+	}
+}
+
+func TestPrepareProgramSpec(t *testing.T) {
+	for _, c := range []struct {
+		sec    string
+		typ    ebpf.ProgramType
+		at     ebpf.AttachType
+		multi  ebpf.AttachType
+		perfEv ebpf.AttachType
+	}{
+		{"uprobe", ebpf.Kprobe, 0, ebpf.AttachTraceUprobeMulti, 0},
+		{"uretprobe", ebpf.Kprobe, 0, ebpf.AttachTraceUprobeMulti, 0},
+		{"uprobe/bin:func", ebpf.Kprobe, 0, ebpf.AttachTraceUprobeMulti, 0},
+		{"uprobe.s", ebpf.Kprobe, 0, ebpf.AttachTraceUprobeMulti, 0},
+		{"usdt", ebpf.Kprobe, 0, ebpf.AttachTraceUprobeMulti, 0},
+		{"uprobe.multi", ebpf.Kprobe, ebpf.AttachTraceUprobeMulti, ebpf.AttachTraceUprobeMulti, 0},
+		{"uretprobe.multi/x", ebpf.Kprobe, ebpf.AttachTraceUprobeMulti, ebpf.AttachTraceUprobeMulti, 0},
+		{"custom", ebpf.Kprobe, ebpf.AttachTraceUprobeMulti, ebpf.AttachTraceUprobeMulti, 0},
+		// Left alone: sessions, kprobes, other program types.
+		{"uprobe.session", ebpf.Kprobe, AttachTraceUprobeSession, AttachTraceUprobeSession, AttachTraceUprobeSession},
+		{"kprobe/do_sys_open", ebpf.Kprobe, 0, 0, 0},
+		{"kprobe.multi", ebpf.Kprobe, ebpf.AttachTraceKprobeMulti, ebpf.AttachTraceKprobeMulti, ebpf.AttachTraceKprobeMulti},
+		{"uprobes_are_not_this", ebpf.Kprobe, 0, 0, 0},
+		{"socket", ebpf.SocketFilter, 0, 0, 0},
+	} {
+		for _, p := range []struct {
+			path Path
+			want ebpf.AttachType
+		}{{PathUprobeMulti, c.multi}, {PathPerfEvent, c.perfEv}, {0, c.at}} {
+			spec := &ebpf.ProgramSpec{SectionName: c.sec, Type: c.typ, AttachType: c.at}
+			cs := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": spec.Copy()}}
+			PrepareProgramSpec(spec, p.path)
+			PrepareCollectionSpec(cs, p.path)
+			if spec.AttachType != p.want || cs.Programs["p"].AttachType != p.want {
+				t.Errorf("section %q attach %v on %v: got %v / %v, want %v",
+					c.sec, c.at, p.path, spec.AttachType, cs.Programs["p"].AttachType, p.want)
+			}
+		}
+	}
+	PrepareProgramSpec(nil, PathUprobeMulti)    // must not panic
+	PrepareCollectionSpec(nil, PathUprobeMulti) // must not panic
+}
+
+func BenchmarkDetect(b *testing.B) {
+	testutil.RequireBPF(b)
+	b.Setenv(ForceEnv, "")
+	b.Run("first", func(b *testing.B) {
+		for b.Loop() {
+			resetForTest()
+			if _, err := Detect(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Detect(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzParseForce checks that any MULTIPROBE_FORCE value either fails with
+// ErrBadForce or only ever switches features off.
+func FuzzParseForce(f *testing.F) {
+	for _, s := range []string{"", "fallback", "nocookie,nosession", " norefctr , nopidfilter ", "x", ",,"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		apply, err := ParseForce(s)
+		if err != nil {
+			if !errors.Is(err, ErrBadForce) {
+				t.Fatalf("ParseForce(%q): %v does not wrap ErrBadForce", s, err)
+			}
+			return
+		}
+		got := all()
+		apply(&got)
+		if got.Release != "6.18.0" || !got.UprobePMU {
+			t.Fatalf("ParseForce(%q) changed fields it has no word for: %+v", s, got)
+		}
+	})
+}

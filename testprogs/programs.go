@@ -1,0 +1,103 @@
+package testprogs
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+// MaxSites is the number of per-site slots in the BPF maps: cookies from 0
+// to MaxSites-1 index them; events with larger cookies are only counted in
+// OutOfRange.
+const MaxSites = 1 << 18
+
+// Counter holds the loaded counter programs (bpf/counter.c) and their maps.
+// Every map except PIDCounts is an array indexed by the site's BPF cookie.
+type Counter struct {
+	// CountEntry is an entry probe: it increments Counts[cookie], stores the
+	// caller's pid (tgid) in LastPID[cookie] and increments PIDCounts[pid].
+	CountEntry *ebpf.Program
+	// RecordReturn is a return probe: it increments RetCounts[cookie] and
+	// stores the return value in RetValues[cookie].
+	RecordReturn *ebpf.Program
+
+	Counts     *ebpf.Map // uint32 cookie -> uint64 calls
+	LastPID    *ebpf.Map // uint32 cookie -> uint32 pid
+	RetCounts  *ebpf.Map // uint32 cookie -> uint64 returns
+	RetValues  *ebpf.Map // uint32 cookie -> uint64 last return value
+	PIDCounts  *ebpf.Map // uint32 pid -> uint64 calls (hash)
+	OutOfRange *ebpf.Map // uint32 0 -> uint64 events with a cookie >= MaxSites
+
+	objs counterObjects
+}
+
+// LoadCounter loads the counter programs for attach path p (see
+// [kernelprobe.PrepareCollectionSpec]). The caller must Close the result.
+func LoadCounter(p kernelprobe.Path) (*Counter, error) {
+	spec, err := loadCounter()
+	if err != nil {
+		return nil, err
+	}
+	kernelprobe.PrepareCollectionSpec(spec, p)
+	c := &Counter{}
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
+		return nil, fmt.Errorf("testprogs: load counter for %v: %w", p, err)
+	}
+	o := &c.objs
+	c.CountEntry, c.RecordReturn = o.CountEntry, o.RecordReturn
+	c.Counts, c.LastPID, c.RetCounts, c.RetValues = o.Counts, o.LastPid, o.RetCounts, o.RetValues
+	c.PIDCounts, c.OutOfRange = o.PidCounts, o.OutOfRange
+	return c, nil
+}
+
+// Close releases the programs and maps.
+func (c *Counter) Close() error { return c.objs.Close() }
+
+// Session holds the loaded uprobe session program (bpf/session.c, Linux
+// 6.13+) and its maps, all arrays indexed by the site's BPF cookie.
+type Session struct {
+	// CountSession increments Entries[cookie] at a site's entry and, at the
+	// return, Returns[cookie], storing the return value in Values[cookie].
+	CountSession *ebpf.Program
+
+	Entries *ebpf.Map // uint32 cookie -> uint64 entries
+	Returns *ebpf.Map // uint32 cookie -> uint64 returns
+	Values  *ebpf.Map // uint32 cookie -> uint64 last return value
+
+	objs sessionObjects
+}
+
+// LoadSession loads the session program. It fails on kernels without uprobe
+// sessions. The caller must Close the result.
+func LoadSession() (*Session, error) {
+	s := &Session{}
+	if err := loadSessionObjects(&s.objs, nil); err != nil {
+		return nil, fmt.Errorf("testprogs: load session: %w", err)
+	}
+	o := &s.objs
+	s.CountSession, s.Entries, s.Returns, s.Values = o.CountSession, o.SessionEntries, o.SessionReturns, o.SessionValues
+	return s, nil
+}
+
+// Close releases the program and maps.
+func (s *Session) Close() error { return s.objs.Close() }
+
+// ReadArray returns entries 0 to n-1 of a BPF array map with uint64 values,
+// such as [Counter.Counts].
+func ReadArray(m *ebpf.Map, n int) ([]uint64, error) {
+	if m == nil {
+		return nil, errors.New("testprogs: nil map")
+	}
+	if n < 0 || uint32(n) > m.MaxEntries() {
+		return nil, fmt.Errorf("testprogs: %d entries wanted from map %s of %d", n, m, m.MaxEntries())
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		if err := m.Lookup(uint32(i), &out[i]); err != nil {
+			return nil, fmt.Errorf("testprogs: map %s entry %d: %w", m, i, err)
+		}
+	}
+	return out, nil
+}
