@@ -1,0 +1,435 @@
+package multiprobe_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/testprogs"
+)
+
+// setup loads the counter programs for the path the kernel supports.
+func setup(t *testing.T) (*testprogs.Counter, kernelprobe.Features) {
+	t.Helper()
+	testutil.RequireBPF(t)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.LoadCounter(f.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, f
+}
+
+func mustParse(t *testing.T, specs ...string) []multiprobe.Probe {
+	t.Helper()
+	p, err := multiprobe.ParseProbes(specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// funcIndex maps a generated target's function name to its index.
+func funcIndex(t *testing.T, name string) int {
+	t.Helper()
+	var i int
+	if _, err := fmt.Sscanf(name, "func_%05d", &i); err != nil {
+		t.Fatalf("site %q is not a generated function", name)
+	}
+	return i
+}
+
+func runTarget(t *testing.T, path string, calls int) {
+	t.Helper()
+	out, err := exec.Command(path, fmt.Sprint(calls)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %d: %v\n%s", path, calls, err, out)
+	}
+}
+
+// TestTenThousandSites attaches one program to 10,000 functions selected by
+// one glob, through one link, and checks every site's count and return
+// value as the BPF side recorded them.
+func TestTenThousandSites(t *testing.T) {
+	const n, calls = 10_000, 2
+	c, _ := setup(t)
+	target := testprogs.PrivateTarget(t, n)
+	before := testutil.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
+
+	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := multiprobe.Attach(c.RecordReturn, mustParse(t, "uretprobe:"+target+":func_*"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sites := l.Sites()
+	if len(sites) != n {
+		t.Fatalf("%d sites, want %d", len(sites), n)
+	}
+	if fds := len(l.Links()); l.Path() == kernelprobe.PathUprobeMulti && (fds != 1 || l.Links()[0].FDs() != 1) {
+		t.Errorf("%d links for one binary, want one link with one fd", fds)
+	}
+	runTarget(t, target, calls)
+
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rets, err := testprogs.ReadArray(c.RetValues, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retCounts, err := testprogs.ReadArray(c.RetCounts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retSites := rl.Sites()
+	bad := 0
+	for cookie, s := range sites {
+		i := funcIndex(t, s.Name)
+		want := uint64(testprogs.ExpectedCalls(i, calls))
+		if counts[cookie] != want && bad < 10 {
+			bad++
+			t.Errorf("site %s (cookie %d): %d calls counted, want %d", s.Name, cookie, counts[cookie], want)
+		}
+	}
+	for cookie, s := range retSites {
+		i := funcIndex(t, s.Name)
+		wantN := testprogs.ExpectedCalls(i, calls)
+		wantRet := testprogs.ExpectedReturn(i, uint64(wantN-1))
+		if (retCounts[cookie] != uint64(wantN) || rets[cookie] != wantRet) && bad < 20 {
+			bad++
+			t.Errorf("return of %s (cookie %d): %d returns, last value %d; want %d, %d",
+				s.Name, cookie, retCounts[cookie], rets[cookie], wantN, wantRet)
+		}
+	}
+	var oor uint64
+	if err := c.OutOfRange.Lookup(uint32(0), &oor); err != nil || oor != 0 {
+		t.Errorf("%d events with a cookie out of range (%v)", oor, err)
+	}
+
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := rl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before.Check(t, "after Close")
+}
+
+// TestAliasesCountedOnce selects functions by their names and their aliases
+// at once: each must be attached, and counted, once.
+func TestAliasesCountedOnce(t *testing.T) {
+	const n, calls = 100, 3
+	c, _ := setup(t)
+	target := testprogs.PrivateTarget(t, n)
+	l, err := multiprobe.Attach(c.CountEntry, mustParse(t,
+		"uprobe:"+target+":func_000[0-4]?,alias_000[0-4]?",
+		"uprobe:"+target+":func_0000?"), nil) // overlaps the first probe
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sites := l.Sites()
+	if len(sites) != 50 {
+		t.Fatalf("%d sites, want 50 (func_00000..func_00049; aliases fold in)", len(sites))
+	}
+	runTarget(t, target, calls)
+	counts, err := testprogs.ReadArray(c.Counts, len(sites))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cookie, s := range sites {
+		i := funcIndex(t, s.Name)
+		if testprogs.HasAlias(i) && len(s.Aliases) != 1 {
+			t.Errorf("%s: aliases %q, want [%s]", s.Name, s.Aliases, testprogs.AliasName(i))
+		}
+		if want := uint64(testprogs.ExpectedCalls(i, calls)); counts[cookie] != want {
+			t.Errorf("%s: %d calls counted, want %d", s.Name, counts[cookie], want)
+		}
+	}
+}
+
+// startWaiting starts a target that waits for a line on stdin before it
+// makes its calls.
+func startWaiting(t *testing.T, path string, calls int) (*exec.Cmd, io.WriteCloser) {
+	t.Helper()
+	cmd := exec.Command(path, "-wait", fmt.Sprint(calls))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		t.Fatalf("target said %q, %v", line, err)
+	}
+	go io.Copy(io.Discard, stdout)
+	return cmd, stdin
+}
+
+// TestPIDFilter runs two instances of a target and counts only one.
+func TestPIDFilter(t *testing.T) {
+	const n, calls = 50, 4
+	c, f := setup(t)
+	if !f.UprobeMultiPIDFilter && f.Path() == kernelprobe.PathUprobeMulti {
+		t.Skip("kernel's uprobe_multi pid filter misses threads (before 6.10)")
+	}
+	target := testprogs.PrivateTarget(t, n)
+	chosen, chosenIn := startWaiting(t, target, calls)
+	other, otherIn := startWaiting(t, target, calls)
+
+	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"),
+		&multiprobe.Options{PID: chosen.Process.Pid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, in := range []io.WriteCloser{chosenIn, otherIn} {
+		in.Write([]byte("go\n"))
+		in.Close()
+	}
+	if err := chosen.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cookie, s := range l.Sites() {
+		i := funcIndex(t, s.Name)
+		if want := uint64(testprogs.ExpectedCalls(i, calls)); counts[cookie] != want {
+			t.Errorf("%s: %d calls counted, want %d (the chosen process's only)", s.Name, counts[cookie], want)
+		}
+	}
+	var n2 uint64
+	if err := c.PIDCounts.Lookup(uint32(other.Process.Pid), &n2); err == nil {
+		t.Errorf("process %d, not chosen, had %d calls counted", other.Process.Pid, n2)
+	}
+}
+
+// TestLibrary counts a libc function, named by the library's bare name, in
+// a real command: sh reads a line, then execs sleep, which calls nanosleep
+// once.
+func TestLibrary(t *testing.T) {
+	c, _ := setup(t)
+	cmd := exec.Command("/bin/sh", "-c", "read line; exec sleep 0.01")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:libc.so.6:nanosleep"), &multiprobe.Options{PID: cmd.Process.Pid})
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stdin.Write([]byte("go\n"))
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sites := l.Sites()
+	if len(sites) != 1 || !strings.HasPrefix(sites[0].Path, "/") {
+		t.Fatalf("sites = %+v", sites)
+	}
+	counts, err := testprogs.ReadArray(c.Counts, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[0] != 1 {
+		t.Errorf("nanosleep in %s called %d times by sleep, want 1", sites[0].Path, counts[0])
+	}
+}
+
+// TestNothingLeftOnFailure injects failures after resolution and checks that
+// nothing stays attached and no fd leaks.
+func TestNothingLeftOnFailure(t *testing.T) {
+	const n = 20
+	c, f := setup(t)
+	target := testprogs.PrivateTarget(t, n)
+	sites, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := filepath.Join(t.TempDir(), "gone")
+	if err := os.WriteFile(gone, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(gone)
+
+	wrong, err := testprogs.LoadCounter(otherPath(f.Path()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wrong.Close()
+
+	tests := []struct {
+		name  string
+		prog  *ebpf.Program
+		sites func() []multiprobe.Site
+		want  error
+	}{
+		{"second binary missing", c.CountEntry, func() []multiprobe.Site {
+			s := append([]multiprobe.Site(nil), sites...)
+			s[len(s)-1].Path = gone
+			return s
+		}, fs.ErrNotExist},
+		{"offset past the end", c.CountEntry, func() []multiprobe.Site {
+			s := append([]multiprobe.Site(nil), sites...)
+			s[len(s)-1].Offset = 1 << 40
+			return s
+		}, attach.ErrInvalidTarget},
+		{"program for the other path", wrong.CountEntry, func() []multiprobe.Site { return sites }, attach.ErrWrongProgram},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := testutil.TakeSnapshot(t, c.CountEntry, wrong.CountEntry)
+			l, err := multiprobe.AttachSites(tt.prog, tt.sites(), &multiprobe.Options{Features: &f})
+			if err == nil {
+				l.Close()
+				t.Fatal("attach succeeded")
+			}
+			if !errors.Is(err, tt.want) {
+				t.Errorf("error %v, want %v", err, tt.want)
+			}
+			t.Log(err)
+			before.Check(t, "after a failed attach")
+		})
+	}
+}
+
+func otherPath(p kernelprobe.Path) kernelprobe.Path {
+	if p == kernelprobe.PathUprobeMulti {
+		return kernelprobe.PathPerfEvent
+	}
+	return kernelprobe.PathUprobeMulti
+}
+
+// TestErrors checks that bad input gives errors that say what to fix.
+func TestErrors(t *testing.T) {
+	c, _ := setup(t)
+	notELF := filepath.Join(t.TempDir(), "script")
+	os.WriteFile(notELF, []byte("#!/bin/sh\necho this is not an ELF file\n"), 0o755)
+	target := testprogs.PrivateTarget(t, 5)
+
+	tests := []struct {
+		name     string
+		spec     string
+		opts     *multiprobe.Options
+		want     error
+		contains string
+	}{
+		{"missing file", "uprobe:/no/such/binary:f", nil, fs.ErrNotExist, "/no/such/binary"},
+		{"missing library", "uprobe:libnosuch.so.1:f", nil, elfsym.ErrNotFound, "libnosuch.so.1"},
+		{"not ELF", "uprobe:" + notELF + ":f", nil, elfsym.ErrNotELF, notELF},
+		{"no match", "uprobe:" + target + ":func_0009*", nil, elfsym.ErrNoMatch, "func_0009*"},
+		{"no such pid", "uprobe:" + target + ":func_*", &multiprobe.Options{PID: 1 << 22}, unix.ESRCH, "does not exist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := multiprobe.Attach(c.CountEntry, mustParse(t, tt.spec), tt.opts)
+			if err == nil {
+				l.Close()
+				t.Fatal("attach succeeded")
+			}
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.contains) {
+				t.Errorf("error %q: want %v, mentioning %q", err, tt.want, tt.contains)
+			}
+		})
+	}
+
+	t.Run("not root", func(t *testing.T) {
+		out := runUnprivileged(t, "TestUnprivilegedHelper")
+		if !strings.Contains(out, "operation not permitted") || !strings.Contains(out, "CAP_BPF") {
+			t.Errorf("unprivileged attach said:\n%s\nwant EPERM naming CAP_BPF", out)
+		}
+	})
+}
+
+// TestUnprivilegedHelper is the body of TestErrors/not_root, run as the user
+// nobody in a child process.
+func TestUnprivilegedHelper(t *testing.T) {
+	if os.Getenv("MULTIPROBE_UNPRIVILEGED_HELPER") != "1" {
+		t.Skip("run by TestErrors")
+	}
+	l, err := multiprobe.Attach(nil, mustParse(t, "uprobe:libc.so.6:malloc"), nil)
+	if err == nil {
+		l.Close()
+		t.Fatal("attach succeeded without privileges")
+	}
+	fmt.Println("ERROR:", err)
+}
+
+// runUnprivileged runs one test of this binary as the user nobody, which
+// has no capabilities, and returns its output.
+func runUnprivileged(t *testing.T, test string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test binary lives in a directory only root can enter.
+	dir, err := os.MkdirTemp("", "multiprobe-unpriv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "test")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "MULTIPROBE_UNPRIVILEGED_HELPER=1", "HOME="+dir, "GOCOVERDIR="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("unprivileged helper: %v\n%s", err, out)
+	}
+	return string(out)
+}

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR MIT)
+//
+// The counter behind `multiprobe count`: one 64-bit count per site, indexed
+// by the site's BPF cookie. The CLI sizes the array to the number of sites
+// before loading. The section is plain "uprobe" so that one object serves
+// both attach paths; kernelprobe.PrepareProgramSpec sets the expected attach
+// type before load.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); // resized by the CLI
+	__type(key, __u32);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+SEC("uprobe")
+int count_call(void *ctx)
+{
+	__u32 key = (__u32)bpf_get_attach_cookie(ctx);
+	__u64 *n = bpf_map_lookup_elem(&counts, &key);
+
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,194 @@
+package multiprobe
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+// A Site is one function a probe attaches to.
+type Site struct {
+	elfsym.Site
+	// Probe is the spec that selected the site.
+	Probe Probe
+	// Path is the file the probe's target resolved to.
+	Path string
+	// Cookie is the site's BPF cookie: its index in the sites of the call,
+	// which bpf_get_attach_cookie returns in the program.
+	Cookie uint64
+}
+
+// Resolve resolves probes to the sites they select, in the order of the
+// probes and, within one, of file offset. A site that two probes of the same
+// kind select appears once, for the first: attached twice, its program
+// would run twice per call. The cookie of each site is its index.
+func Resolve(probes []Probe) ([]Site, error) {
+	if len(probes) == 0 {
+		return nil, fmt.Errorf("%w: no probes", ErrBadSpec)
+	}
+	type key struct {
+		path   string
+		offset uint64
+		kind   Kind
+	}
+	seen := map[key]bool{}
+	files := map[string]*elfsym.File{}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	var sites []Site
+	for _, p := range probes {
+		path, err := elfsym.LookPath(p.Target)
+		if err != nil {
+			return nil, fmt.Errorf("probe %s: %w", p, err)
+		}
+		// Two spellings of one file (a symlink, a library name) share
+		// their sites.
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			real = path
+		}
+		f := files[real]
+		if f == nil {
+			if f, err = elfsym.Open(path); err != nil {
+				return nil, fmt.Errorf("probe %s: %w", p, err)
+			}
+			files[real] = f
+		}
+		found, err := f.Resolve(p.Patterns...)
+		if err != nil {
+			return nil, fmt.Errorf("probe %s: %w", p, err)
+		}
+		for _, s := range found {
+			k := key{real, s.Offset, p.Kind}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			sites = append(sites, Site{Site: s, Probe: p, Path: path, Cookie: uint64(len(sites))})
+		}
+	}
+	return sites, nil
+}
+
+// Options change how Attach attaches. A nil *Options is the zero value.
+type Options struct {
+	// PID, if not 0, counts only calls made by the process with this pid
+	// (all its threads, not its children).
+	PID int
+	// Features, if not nil, replaces kernelprobe.Detect(): tests use it to
+	// force a path.
+	Features *kernelprobe.Features
+}
+
+// A Link is a program attached to the sites of a set of probes.
+type Link struct {
+	sites []Site
+	path  kernelprobe.Path
+	links []*attach.Link
+}
+
+// Attach resolves probes and attaches prog to every site they select, all or
+// nothing: on error, nothing stays attached. prog must be a kprobe-type
+// program loaded for the path the kernel supports (see
+// kernelprobe.PrepareProgramSpec). Each site's cookie is its index in
+// Link.Sites.
+func Attach(prog *ebpf.Program, probes []Probe, opts *Options) (*Link, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	sites, err := Resolve(probes)
+	if err != nil {
+		return nil, err
+	}
+	return AttachSites(prog, sites, opts)
+}
+
+// AttachSites attaches prog to sites that Resolve returned, so that a
+// caller can size its maps to the sites before loading prog. Each site's
+// cookie is its Cookie field.
+func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if len(sites) == 0 {
+		return nil, fmt.Errorf("%w: no sites", ErrBadSpec)
+	}
+	sites = slices.Clone(sites)
+	features := opts.Features
+	if features == nil {
+		f, err := kernelprobe.Detect()
+		if err != nil {
+			return nil, err
+		}
+		features = &f
+	}
+	l := &Link{sites: sites, path: features.Path()}
+	if l.path != kernelprobe.PathUprobeMulti {
+		return nil, fmt.Errorf("%s: %w (the per-site fallback is not built yet)", features, attach.ErrUprobeMultiUnsupported)
+	}
+	for _, kind := range []Kind{Entry, Return} {
+		targets := targetsOf(sites, kind)
+		if len(targets) == 0 {
+			continue
+		}
+		al, err := attach.UprobeMulti(prog, targets, &attach.Options{
+			Return:   kind == Return,
+			PID:      opts.PID,
+			Features: features,
+		})
+		if err != nil {
+			return nil, errors.Join(err, l.Close())
+		}
+		l.links = append(l.links, al)
+	}
+	return l, nil
+}
+
+// targetsOf groups the sites of one kind by binary, keeping their cookies.
+func targetsOf(sites []Site, kind Kind) []attach.Target {
+	var targets []attach.Target
+	index := map[string]int{}
+	for _, s := range sites {
+		if s.Probe.Kind != kind {
+			continue
+		}
+		i, ok := index[s.Path]
+		if !ok {
+			i = len(targets)
+			index[s.Path] = i
+			targets = append(targets, attach.Target{Path: s.Path})
+		}
+		t := &targets[i]
+		t.Offsets = append(t.Offsets, s.Offset)
+		t.Cookies = append(t.Cookies, s.Cookie)
+		t.Names = append(t.Names, s.Name)
+	}
+	return targets
+}
+
+// Sites returns the attached sites; a site's index is its cookie.
+func (l *Link) Sites() []Site { return slices.Clone(l.sites) }
+
+// Path returns the attach path used.
+func (l *Link) Path() kernelprobe.Path { return l.path }
+
+// Links returns the underlying uprobe_multi links, for their kernel info.
+func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
+
+// Close detaches every site. It may be called more than once.
+func (l *Link) Close() error {
+	var errs []error
+	for i := len(l.links) - 1; i >= 0; i-- {
+		errs = append(errs, l.links[i].Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,114 @@
+package multiprobe
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrBadSpec is returned for a probe spec that does not parse.
+var ErrBadSpec = errors.New("bad probe spec")
+
+// Kind is where in a function a probe fires.
+type Kind int
+
+const (
+	// Entry probes fire when the function is entered ("uprobe").
+	Entry Kind = iota
+	// Return probes fire when the function returns ("uretprobe").
+	Return
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Entry:
+		return "uprobe"
+	case Return:
+		return "uretprobe"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// A Probe is one parsed probe spec.
+type Probe struct {
+	Kind Kind
+	// Target is the binary as written in the spec: a path, or a bare
+	// library or program name.
+	Target string
+	// Patterns are glob patterns over the target's function names; those
+	// starting with '!' exclude.
+	Patterns []string
+}
+
+// String returns the probe in the syntax ParseProbe reads.
+func (p Probe) String() string {
+	return p.Kind.String() + ":" + p.Target + ":" + strings.Join(p.Patterns, ",")
+}
+
+// ParseProbe parses a probe spec in bpftrace's syntax:
+//
+//	uprobe:TARGET:PATTERN[,PATTERN...]
+//	uretprobe:TARGET:PATTERN[,PATTERN...]
+//
+// "u" and "ur" abbreviate the kinds, as in bpftrace. TARGET is a path
+// (/usr/bin/bash, /proc/1234/root/usr/lib/libssl.so.3) or a bare name
+// (libc.so.6, bash). A PATTERN is a glob ('*', '?', '[a-z]', '[!x]'); one
+// starting with '!' removes what it matches from the others' selection.
+func ParseProbe(spec string) (Probe, error) {
+	kind, rest, ok := strings.Cut(spec, ":")
+	if !ok {
+		return Probe{}, fmt.Errorf("%w %q: want uprobe:TARGET:PATTERN", ErrBadSpec, spec)
+	}
+	var p Probe
+	switch kind {
+	case "uprobe", "u":
+		p.Kind = Entry
+	case "uretprobe", "ur":
+		p.Kind = Return
+	default:
+		return Probe{}, fmt.Errorf("%w %q: unknown probe type %q (want uprobe or uretprobe)", ErrBadSpec, spec, kind)
+	}
+	// The patterns follow the last ':', so a target path may contain ':'
+	// but a pattern may not; C++ and Go names with "::" are matched with
+	// '*' instead.
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		return Probe{}, fmt.Errorf("%w %q: missing the function pattern (want %s:TARGET:PATTERN)", ErrBadSpec, spec, kind)
+	}
+	p.Target, rest = rest[:i], rest[i+1:]
+	if p.Target == "" {
+		return Probe{}, fmt.Errorf("%w %q: empty target (want a path or a library name)", ErrBadSpec, spec)
+	}
+	for _, pat := range strings.Split(rest, ",") {
+		if pat == "" || pat == "!" {
+			return Probe{}, fmt.Errorf("%w %q: empty pattern", ErrBadSpec, spec)
+		}
+		p.Patterns = append(p.Patterns, pat)
+	}
+	if !containsInclusion(p.Patterns) {
+		return Probe{}, fmt.Errorf("%w %q: only exclusions: add a pattern that selects functions", ErrBadSpec, spec)
+	}
+	return p, nil
+}
+
+// ParseProbes parses several specs, stopping at the first error.
+func ParseProbes(specs ...string) ([]Probe, error) {
+	probes := make([]Probe, 0, len(specs))
+	for _, s := range specs {
+		p, err := ParseProbe(s)
+		if err != nil {
+			return nil, err
+		}
+		probes = append(probes, p)
+	}
+	return probes, nil
+}
+
+func containsInclusion(patterns []string) bool {
+	for _, p := range patterns {
+		if !strings.HasPrefix(p, "!") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,60 @@
+package multiprobe
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+func TestParseProbe(t *testing.T) {
+	tests := []struct {
+		spec string
+		want Probe
+	}{
+		{"uprobe:/bin/bash:readline", Probe{Entry, "/bin/bash", []string{"readline"}}},
+		{"uretprobe:libc.so.6:malloc", Probe{Return, "libc.so.6", []string{"malloc"}}},
+		{"u:bash:sh_*,!sh_free*", Probe{Entry, "bash", []string{"sh_*", "!sh_free*"}}},
+		{"ur:/usr/lib/x.so:a,b,c", Probe{Return, "/usr/lib/x.so", []string{"a", "b", "c"}}},
+		{"uprobe:/proc/42/root/usr/bin/app:main.*", Probe{Entry, "/proc/42/root/usr/bin/app", []string{"main.*"}}},
+		{"uprobe:/weird:dir/bin:f", Probe{Entry, "/weird:dir/bin", []string{"f"}}},
+	}
+	for _, tt := range tests {
+		got, err := ParseProbe(tt.spec)
+		if err != nil {
+			t.Errorf("ParseProbe(%q): %v", tt.spec, err)
+			continue
+		}
+		if got.Kind != tt.want.Kind || got.Target != tt.want.Target || !slices.Equal(got.Patterns, tt.want.Patterns) {
+			t.Errorf("ParseProbe(%q) = %+v, want %+v", tt.spec, got, tt.want)
+		}
+		if again, err := ParseProbe(got.String()); err != nil || again.String() != got.String() {
+			t.Errorf("round trip of %q: %v, %v", got.String(), again, err)
+		}
+	}
+}
+
+func TestParseProbeErrors(t *testing.T) {
+	for _, spec := range []string{
+		"", "uprobe", "uprobe:/bin/bash", "kprobe:/bin/bash:f", "uprobe::f",
+		"uprobe:/bin/bash:", "uprobe:/bin/bash:a,,b", "uprobe:/bin/bash:!a", "uprobe:/bin/bash:!",
+	} {
+		if _, err := ParseProbe(spec); !errors.Is(err, ErrBadSpec) {
+			t.Errorf("ParseProbe(%q) = %v, want ErrBadSpec", spec, err)
+		}
+	}
+}
+
+func FuzzParseProbe(f *testing.F) {
+	f.Add("uprobe:/bin/bash:sh_*,!sh_free")
+	f.Add("ur:libc.so.6:malloc")
+	f.Fuzz(func(t *testing.T, spec string) {
+		p, err := ParseProbe(spec)
+		if err != nil {
+			return
+		}
+		again, err := ParseProbe(p.String())
+		if err != nil || again.String() != p.String() {
+			t.Fatalf("%q parsed to %q, which reparses to %q, %v", spec, p.String(), again.String(), err)
+		}
+	})
+}
