@@ -2,8 +2,8 @@ package load
 
 // The BPF object the tests and the multiprobe load command's tests read; the
 // .o files are committed so that the tests need no clang.
-//go:generate clang-19 -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -c testdata/multi.c -o testdata/multi.o
-//go:generate clang-19 -O2 -g -target bpf -I/usr/include/x86_64-linux-gnu -DBROKEN -c testdata/multi.c -o testdata/multi_broken.o
+//go:generate clang-19 -O2 -g -fdebug-compilation-dir=. -target bpf -I/usr/include/x86_64-linux-gnu -c testdata/multi.c -o testdata/multi.o
+//go:generate clang-19 -O2 -g -fdebug-compilation-dir=. -target bpf -I/usr/include/x86_64-linux-gnu -DBROKEN -c testdata/multi.c -o testdata/multi_broken.o
 
 import (
 	"fmt"

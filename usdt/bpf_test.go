@@ -1,6 +1,6 @@
 package usdt
 
-//go:generate clang-19 -O2 -g -Wall -Werror -target bpfel -D__TARGET_ARCH_x86 -I../bpf -c testdata/usdt_test.bpf.c -o testdata/usdt_test_x86_bpfel.o
+//go:generate clang-19 -O2 -g -fdebug-compilation-dir=. -Wall -Werror -target bpfel -D__TARGET_ARCH_x86 -I../bpf -c testdata/usdt_test.bpf.c -o testdata/usdt_test_x86_bpfel.o
 //go:generate llvm-strip-19 -g testdata/usdt_test_x86_bpfel.o
 
 import (
