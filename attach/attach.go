@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"golang.org/x/sys/unix"
 )
@@ -170,30 +170,21 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 	l := &Link{targets: ts}
 	for ti := range ts {
 		t := &ts[ti]
-		path, err := unix.BytePtrFromString(t.Path)
-		if err != nil { // checked by prepareTargets
-			l.Close()
-			return nil, fmt.Errorf("attach: path %q: %w", t.Path, ErrInvalidTarget)
-		}
 		for first := 0; first < len(t.Offsets); first += sitesPerLink {
 			end := min(first+sitesPerLink, len(t.Offsets))
-			attr := linkCreateAttr{
-				progFD:     uint32(prog.FD()),
-				attachType: uint32(attachType),
-				path:       addr(path),
-				offsets:    ptr(t.Offsets[first:end]),
-				cookies:    ptr(t.Cookies[first:end]),
-				count:      uint32(end - first),
-				multiFlags: flags,
-				pid:        uint32(opts.PID),
+			req := bpfsys.UprobeMulti{
+				ProgFD:     prog.FD(),
+				AttachType: uint32(attachType),
+				Path:       t.Path,
+				Offsets:    t.Offsets[first:end],
+				Cookies:    t.Cookies[first:end],
+				Flags:      flags,
+				PID:        uint32(opts.PID),
 			}
 			if t.RefCtrOffsets != nil {
-				attr.refCtrOffsets = ptr(t.RefCtrOffsets[first:end])
+				req.RefCtrOffsets = t.RefCtrOffsets[first:end]
 			}
-			fd, errno := linkCreate(&attr)
-			runtime.KeepAlive(path)
-			runtime.KeepAlive(t)
-			runtime.KeepAlive(prog)
+			fd, errno := bpfsys.LinkCreateUprobeMulti(req)
 			if errno != 0 {
 				err := explain(errno, kind, t, targetOf(ti, len(ts)), first, end, opts.PID)
 				if cerr := l.Close(); cerr != nil {
@@ -304,14 +295,12 @@ func siteName(t *Target, j int) string {
 // reading the program's info, which does not report the expected attach
 // type.
 func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
-	attr := linkCreateAttr{
-		progFD:     uint32(prog.FD()),
-		attachType: uint32(at),
-		path:       addr(rootPath),
-		offsets:    ptr(checkOffsets),
-		count:      1,
-	}
-	fd, errno := linkCreate(&attr)
+	fd, errno := bpfsys.LinkCreateUprobeMulti(bpfsys.UprobeMulti{
+		ProgFD:     prog.FD(),
+		AttachType: uint32(at),
+		Path:       "/",
+		Offsets:    []uint64{0},
+	})
 	switch errno {
 	case unix.EBADF:
 		return nil
@@ -327,11 +316,6 @@ func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
 	}
 	return explainCommon(fmt.Sprintf("attach: checking program %v for %s", prog, kind), errno, 0)
 }
-
-var (
-	rootPath     = &[]byte("/\x00")[0]
-	checkOffsets = []uint64{0}
-)
 
 // explain turns the kernel's errno for a failed link into an error that
 // names the binary and says what to do.

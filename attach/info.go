@@ -3,9 +3,11 @@ package attach
 import (
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,38 +56,43 @@ func (l *Link) Info() ([]LinkInfo, error) {
 
 func queryInfo(fd int) (LinkInfo, error) {
 	// The first call gets the sizes, the second the contents.
-	var sizes linkInfo
-	if errno := objInfo(fd, &sizes); errno != 0 {
+	var sizes bpfsys.UprobeMultiInfo
+	if errno := bpfsys.ObjInfo(fd, &sizes); errno != 0 {
 		return LinkInfo{}, errno
 	}
-	if sizes.typ != unix.BPF_LINK_TYPE_UPROBE_MULTI {
-		return LinkInfo{}, fmt.Errorf("link type %d is not uprobe_multi", sizes.typ)
+	if sizes.Type != unix.BPF_LINK_TYPE_UPROBE_MULTI {
+		return LinkInfo{}, fmt.Errorf("link type %d is not uprobe_multi", sizes.Type)
 	}
-	n := max(int(sizes.count), 1)
-	path := make([]byte, max(sizes.pathSize, 1))
+	n := max(int(sizes.Count), 1)
+	path := make([]byte, max(sizes.PathSize, 1))
 	offsets := make([]uint64, n)
 	refCtr := make([]uint64, n)
 	cookies := make([]uint64, n)
-	info := linkInfo{
-		path:          addr(&path[0]),
-		pathSize:      uint32(len(path)),
-		offsets:       ptr(offsets),
-		refCtrOffsets: ptr(refCtr),
-		cookies:       ptr(cookies),
-		count:         uint32(n),
+	info := bpfsys.UprobeMultiInfo{
+		Path:          bpfsys.Ptr(path),
+		PathSize:      uint32(len(path)),
+		Offsets:       bpfsys.Ptr(offsets),
+		RefCtrOffsets: bpfsys.Ptr(refCtr),
+		Cookies:       bpfsys.Ptr(cookies),
+		Count:         uint32(n),
 	}
-	if errno := objInfo(fd, &info); errno != 0 {
+	errno := bpfsys.ObjInfo(fd, &info)
+	runtime.KeepAlive(path)
+	runtime.KeepAlive(offsets)
+	runtime.KeepAlive(refCtr)
+	runtime.KeepAlive(cookies)
+	if errno != 0 {
 		return LinkInfo{}, errno
 	}
-	n = int(info.count)
+	n = int(info.Count)
 	return LinkInfo{
-		ID:            link.ID(info.id),
-		Program:       ebpf.ProgramID(info.progID),
+		ID:            link.ID(info.ID),
+		Program:       ebpf.ProgramID(info.ProgID),
 		Path:          unix.ByteSliceToString(path),
 		Offsets:       offsets[:n],
 		RefCtrOffsets: refCtr[:n],
 		Cookies:       cookies[:n],
-		Return:        info.flags&unix.BPF_F_UPROBE_MULTI_RETURN != 0,
-		PID:           info.pid,
+		Return:        info.Flags&unix.BPF_F_UPROBE_MULTI_RETURN != 0,
+		PID:           info.PID,
 	}, nil
 }

@@ -66,8 +66,8 @@ var benchPatterns = []struct {
 	patterns []string
 }{
 	{"exact", []string{"mod150_func_150150"}},
-	{"prefix", []string{"mod012_*"}},              // 200 functions
-	{"suffix", []string{"*_func_0001??"}},         // 100 functions
+	{"prefix", []string{"mod012_*"}},                                   // 200 functions
+	{"suffix", []string{"*_func_0001??"}},                              // 100 functions
 	{"several+exclusion", []string{"mod00[1-3]_*", "mod999_*", "!*7"}}, // ~720
 }
 

@@ -407,4 +407,3 @@ func TestExecutableMappings(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -94,49 +93,19 @@ func nopProgram(at ebpf.AttachType) (prog *ebpf.Program, ok bool, err error) {
 	return nil, false, err
 }
 
-// linkCreateUprobeMulti is the uprobe_multi variant of the kernel's
-// bpf_attr.link_create.
-type linkCreateUprobeMulti struct {
-	progFD        uint32
-	targetFD      uint32
-	attachType    uint32
-	flags         uint32
-	path          uint64
-	offsets       uint64
-	refCtrOffsets uint64
-	cookies       uint64
-	count         uint32
-	multiFlags    uint32
-	pid           uint32
-	_             uint32
-}
-
-// probeOffsets is the one offset of every probe link, in a package variable
-// so that the address handed to the kernel is heap memory that cannot move.
-var probeOffsets = []uint64{0}
-
 // tryLink asks for a uprobe_multi (or session) link that must fail, and
 // returns the kernel's errno. It closes the link and reports an error if the
 // kernel unexpectedly creates one.
 func tryLink(prog *ebpf.Program, at ebpf.AttachType, path string, pid uint32) (unix.Errno, error) {
-	p, err := unix.BytePtrFromString(path)
-	if err != nil {
-		return 0, err
-	}
-	offsets := probeOffsets
-	attr := linkCreateUprobeMulti{
-		progFD:     uint32(prog.FD()),
-		attachType: uint32(at),
-		path:       uint64(uintptr(unsafe.Pointer(p))),
-		offsets:    uint64(uintptr(unsafe.Pointer(&offsets[0]))),
-		count:      1,
-		pid:        pid,
-	}
-	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_LINK_CREATE, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	runtime.KeepAlive(p)
-	runtime.KeepAlive(offsets)
+	fd, errno := bpfsys.LinkCreateUprobeMulti(bpfsys.UprobeMulti{
+		ProgFD:     prog.FD(),
+		AttachType: uint32(at),
+		Path:       path,
+		Offsets:    []uint64{0},
+		PID:        pid,
+	})
 	if errno == 0 {
-		unix.Close(int(fd))
+		unix.Close(fd)
 		return 0, fmt.Errorf("kernelprobe: a probe link on %s at offset 0 was created, which the kernel should have refused", path)
 	}
 	return errno, nil
