@@ -32,12 +32,15 @@ func Resolve(probes []Probe) ([]Site, error) {
 	if len(probes) == 0 {
 		return nil, fmt.Errorf("%w: no probes", ErrBadSpec)
 	}
-	type key struct {
-		path   string
-		offset uint64
-		kind   Kind
+	// Dedup needs a set of offsets only for a file and kind that a second
+	// probe selects from; most calls have one probe per file, and hashing
+	// 100,000 offsets would cost more than resolving them.
+	type fileKind struct {
+		path string
+		kind Kind
 	}
-	seen := map[key]bool{}
+	ranges := map[fileKind][][2]int{} // the sites each earlier probe added
+	sets := map[fileKind]map[uint64]bool{}
 	files := map[string]*elfsym.File{}
 	defer func() {
 		for _, f := range files {
@@ -67,14 +70,29 @@ func Resolve(probes []Probe) ([]Site, error) {
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
 		}
-		for _, s := range found {
-			k := key{real, s.Offset, p.Kind}
-			if seen[k] {
-				continue
+		fk := fileKind{real, p.Kind}
+		seen := sets[fk]
+		if seen == nil && len(ranges[fk]) > 0 {
+			seen = map[uint64]bool{}
+			for _, r := range ranges[fk] {
+				for _, s := range sites[r[0]:r[1]] {
+					seen[s.Offset] = true
+				}
 			}
-			seen[k] = true
+			sets[fk] = seen
+		}
+		first := len(sites)
+		sites = slices.Grow(sites, len(found))
+		for _, s := range found {
+			if seen != nil {
+				if seen[s.Offset] {
+					continue
+				}
+				seen[s.Offset] = true
+			}
 			sites = append(sites, Site{Site: s, Probe: p, Path: path, Cookie: uint64(len(sites))})
 		}
+		ranges[fk] = append(ranges[fk], [2]int{first, len(sites)})
 	}
 	return sites, nil
 }
@@ -114,7 +132,8 @@ func Attach(prog *ebpf.Program, probes []Probe, opts *Options) (*Link, error) {
 
 // AttachSites attaches prog to sites that Resolve returned, so that a
 // caller can size its maps to the sites before loading prog. Each site's
-// cookie is its Cookie field.
+// cookie is its Cookie field. The Link keeps sites: do not modify them
+// afterwards.
 func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -122,7 +141,6 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 	if len(sites) == 0 {
 		return nil, fmt.Errorf("%w: no sites", ErrBadSpec)
 	}
-	sites = slices.Clone(sites)
 	features := opts.Features
 	if features == nil {
 		f, err := kernelprobe.Detect()
@@ -157,6 +175,7 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 func targetsOf(sites []Site, kind Kind) []attach.Target {
 	var targets []attach.Target
 	index := map[string]int{}
+	var sizes []int
 	for _, s := range sites {
 		if s.Probe.Kind != kind {
 			continue
@@ -166,8 +185,19 @@ func targetsOf(sites []Site, kind Kind) []attach.Target {
 			i = len(targets)
 			index[s.Path] = i
 			targets = append(targets, attach.Target{Path: s.Path})
+			sizes = append(sizes, 0)
 		}
+		sizes[i]++
+	}
+	for i, n := range sizes {
 		t := &targets[i]
+		t.Offsets, t.Cookies, t.Names = make([]uint64, 0, n), make([]uint64, 0, n), make([]string, 0, n)
+	}
+	for _, s := range sites {
+		if s.Probe.Kind != kind {
+			continue
+		}
+		t := &targets[index[s.Path]]
 		t.Offsets = append(t.Offsets, s.Offset)
 		t.Cookies = append(t.Cookies, s.Cookie)
 		t.Names = append(t.Names, s.Name)

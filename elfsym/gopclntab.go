@@ -1,7 +1,6 @@
 package elfsym
 
 import (
-	"debug/elf"
 	"debug/gosym"
 	"math"
 )
@@ -10,7 +9,8 @@ import (
 const goTable = math.MaxUint16
 
 type goFunc struct {
-	name string
+	name        string
+	entry, size uint64
 }
 
 // scanGo reads the function table of a Go binary built with -ldflags=-s,
@@ -25,12 +25,8 @@ func (r *resolver) scanGo() {
 		}
 		r.searched++
 		if p := r.m.matches([]byte(fn.Name), nil, true); p >= 0 {
-			r.goFuncs = append(r.goFuncs, goFunc{name: fn.Name})
-			r.hits = append(r.hits, sym{
-				table: goTable, index: uint32(len(r.goFuncs) - 1), pattern: int16(p),
-				bind: elf.STB_GLOBAL, typ: elf.STT_FUNC,
-				value: fn.Entry, size: fn.End - fn.Entry, offset: off,
-			})
+			r.goFuncs = append(r.goFuncs, goFunc{name: fn.Name, entry: fn.Entry, size: fn.End - fn.Entry})
+			r.hits = append(r.hits, sym{table: goTable, index: uint32(len(r.goFuncs) - 1), pattern: int16(p), offset: off})
 		}
 	}
 }

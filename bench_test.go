@@ -1,0 +1,102 @@
+package multiprobe_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/testprogs"
+)
+
+// BenchmarkAttach measures attach plus detach of N sites selected by a glob,
+// resolution included, against cilium/ebpf's Executable.UprobeMulti given
+// the symbol names, and, at 1,000 sites, against cilium's per-site
+// Executable.Uprobe (about 0.1 s per site to close: run it with
+// -benchtime=1x). Compare with:
+//
+//	go test -run='^$' -bench='Attach/sites=(1000|10000|100000)/impl=(multiprobe|cilium-multi)' -count=10 . | tee /tmp/a.txt
+//	benchstat -col /impl /tmp/a.txt
+func BenchmarkAttach(b *testing.B) {
+	testutil.RequireBPF(b)
+	c, err := testprogs.LoadCounter(kernelprobe.PathUprobeMulti)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	perSite, err := testprogs.LoadCounter(kernelprobe.PathPerfEvent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer perSite.Close()
+
+	for _, n := range []int{1000, 10_000, 100_000} {
+		target := testprogs.BuildTarget(b, n)
+		names := make([]string, n)
+		for i := range names {
+			names[i] = testprogs.FuncName(i)
+		}
+		probes, err := multiprobe.ParseProbes("uprobe:" + target + ":func_*")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("sites=%d/impl=multiprobe", n), func(b *testing.B) {
+			fds := 0
+			for b.Loop() {
+				l, err := multiprobe.Attach(c.CountEntry, probes, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				fds = 0
+				for _, al := range l.Links() {
+					fds += al.FDs()
+				}
+				l.Close()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/site")
+			b.ReportMetric(float64(fds), "fds")
+		})
+		b.Run(fmt.Sprintf("sites=%d/impl=cilium-multi", n), func(b *testing.B) {
+			for b.Loop() {
+				ex, err := link.OpenExecutable(target)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l, err := ex.UprobeMulti(names, c.CountEntry, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				l.Close()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/site")
+			b.ReportMetric(1, "fds")
+		})
+		if n != 1000 {
+			continue
+		}
+		b.Run(fmt.Sprintf("sites=%d/impl=cilium-per-site", n), func(b *testing.B) {
+			for b.Loop() {
+				ex, err := link.OpenExecutable(target)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var links []link.Link
+				for _, name := range names {
+					l, err := ex.Uprobe(name, perSite.CountEntry, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					links = append(links, l)
+				}
+				for _, l := range links {
+					l.Close()
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/site")
+			b.ReportMetric(float64(2*n), "fds")
+		})
+	}
+}
