@@ -10,6 +10,7 @@ import (
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/usdt"
 )
 
 // A Site is one function a probe attaches to.
@@ -20,8 +21,18 @@ type Site struct {
 	// Path is the file the probe's target resolved to.
 	Path string
 	// Cookie is the site's BPF cookie: its index in the sites of the call,
-	// which bpf_get_attach_cookie returns in the program.
+	// which bpf_get_attach_cookie returns in the program (mp_usdt_cookie
+	// for a USDT site, whose kernel cookie also carries its spec id).
 	Cookie uint64
+	// RefCtrOffset is the file offset of the USDT semaphore that the
+	// kernel counts up while the site is attached, 0 for none.
+	RefCtrOffset uint64
+	// USDT is the probe site of a USDT probe (Name is then
+	// "provider:name"), nil for a uprobe.
+	USDT *usdt.Site
+
+	spec    *usdt.Spec // the decoded arguments of a USDT site
+	specErr error      // why spec is nil
 }
 
 // Resolve resolves probes to the sites they select, in the order of the
@@ -60,13 +71,19 @@ func Resolve(probes []Probe) ([]Site, error) {
 			real = path
 		}
 		f := files[real]
-		if f == nil {
+		if f == nil && p.Kind != USDT {
 			if f, err = elfsym.Open(path); err != nil {
 				return nil, fmt.Errorf("probe %s: %w", p, err)
 			}
 			files[real] = f
 		}
-		found, err := f.Resolve(p.Patterns...)
+		var syms []elfsym.Site
+		var usdtSites []Site
+		if p.Kind == USDT {
+			usdtSites, err = resolveUSDT(path, p)
+		} else {
+			syms, err = f.Resolve(p.Patterns...)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
 		}
@@ -82,15 +99,22 @@ func Resolve(probes []Probe) ([]Site, error) {
 			sets[fk] = seen
 		}
 		first := len(sites)
-		sites = slices.Grow(sites, len(found))
-		for _, s := range found {
+		add := func(s Site) {
 			if seen != nil {
 				if seen[s.Offset] {
-					continue
+					return
 				}
 				seen[s.Offset] = true
 			}
-			sites = append(sites, Site{Site: s, Probe: p, Path: path, Cookie: uint64(len(sites))})
+			s.Probe, s.Path, s.Cookie = p, path, uint64(len(sites))
+			sites = append(sites, s)
+		}
+		sites = slices.Grow(sites, len(syms)+len(usdtSites))
+		for _, s := range syms {
+			add(Site{Site: s})
+		}
+		for _, s := range usdtSites {
+			add(s)
 		}
 		ranges[fk] = append(ranges[fk], [2]int{first, len(sites)})
 	}
@@ -105,6 +129,13 @@ type Options struct {
 	// Features, if not nil, replaces kernelprobe.Detect(): tests use it to
 	// force a path.
 	Features *kernelprobe.Features
+	// USDTSpecs is the program's mp_usdt_specs map (bpf/usdt.bpf.h),
+	// needed for USDT probes: each distinct argument spec gets an id
+	// there while attached.
+	USDTSpecs *ebpf.Map
+	// USDTIPs is the program's mp_usdt_ips map, needed for USDT probes on
+	// kernels without BPF cookies.
+	USDTIPs *ebpf.Map
 }
 
 // A Link is a program attached to the sites of a set of probes.
@@ -112,6 +143,7 @@ type Link struct {
 	sites []Site
 	path  kernelprobe.Path
 	links []*attach.Link
+	usdt  *usdtState
 }
 
 // Attach resolves probes and attaches prog to every site they select, all or
@@ -153,8 +185,13 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 	if l.path != kernelprobe.PathUprobeMulti {
 		return nil, fmt.Errorf("%s: %w (the per-site fallback is not built yet)", features, attach.ErrUprobeMultiUnsupported)
 	}
+	cookies, st, err := prepareUSDT(sites, opts, features.Cookies)
+	if err != nil {
+		return nil, err
+	}
+	l.usdt = st
 	for _, kind := range []Kind{Entry, Return} {
-		targets := targetsOf(sites, kind)
+		targets := targetsOf(sites, cookies, kind)
 		if len(targets) == 0 {
 			continue
 		}
@@ -171,13 +208,22 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 	return l, nil
 }
 
-// targetsOf groups the sites of one kind by binary, keeping their cookies.
-func targetsOf(sites []Site, kind Kind) []attach.Target {
+// targetsOf groups the sites of one kind by binary, with their kernel
+// cookies. USDT sites attach as entry probes, with their semaphores as
+// ref-counter offsets.
+func targetsOf(sites []Site, cookies []uint64, kind Kind) []attach.Target {
 	var targets []attach.Target
 	index := map[string]int{}
 	var sizes []int
+	var refCtr []bool
+	of := func(s Site) Kind {
+		if s.Probe.Kind == USDT {
+			return Entry
+		}
+		return s.Probe.Kind
+	}
 	for _, s := range sites {
-		if s.Probe.Kind != kind {
+		if of(s) != kind {
 			continue
 		}
 		i, ok := index[s.Path]
@@ -185,22 +231,29 @@ func targetsOf(sites []Site, kind Kind) []attach.Target {
 			i = len(targets)
 			index[s.Path] = i
 			targets = append(targets, attach.Target{Path: s.Path})
-			sizes = append(sizes, 0)
+			sizes, refCtr = append(sizes, 0), append(refCtr, false)
 		}
 		sizes[i]++
+		refCtr[i] = refCtr[i] || s.RefCtrOffset != 0
 	}
 	for i, n := range sizes {
 		t := &targets[i]
 		t.Offsets, t.Cookies, t.Names = make([]uint64, 0, n), make([]uint64, 0, n), make([]string, 0, n)
+		if refCtr[i] {
+			t.RefCtrOffsets = make([]uint64, 0, n)
+		}
 	}
-	for _, s := range sites {
-		if s.Probe.Kind != kind {
+	for i, s := range sites {
+		if of(s) != kind {
 			continue
 		}
 		t := &targets[index[s.Path]]
 		t.Offsets = append(t.Offsets, s.Offset)
-		t.Cookies = append(t.Cookies, s.Cookie)
+		t.Cookies = append(t.Cookies, cookies[i])
 		t.Names = append(t.Names, s.Name)
+		if t.RefCtrOffsets != nil {
+			t.RefCtrOffsets = append(t.RefCtrOffsets, s.RefCtrOffset)
+		}
 	}
 	return targets
 }
@@ -214,11 +267,14 @@ func (l *Link) Path() kernelprobe.Path { return l.path }
 // Links returns the underlying uprobe_multi links, for their kernel info.
 func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
 
-// Close detaches every site. It may be called more than once.
+// Close detaches every site, then frees the USDT spec ids it held. It may
+// be called more than once.
 func (l *Link) Close() error {
 	var errs []error
 	for i := len(l.links) - 1; i >= 0; i-- {
 		errs = append(errs, l.links[i].Close())
 	}
+	l.usdt.release()
+	l.usdt = nil
 	return errors.Join(errs...)
 }

@@ -17,6 +17,9 @@ const (
 	Entry Kind = iota
 	// Return probes fire when the function returns ("uretprobe").
 	Return
+	// USDT probes fire at a USDT (<sys/sdt.h>) probe site ("usdt"); the
+	// program reads the probe's arguments with bpf/usdt.bpf.h.
+	USDT
 )
 
 func (k Kind) String() string {
@@ -25,6 +28,8 @@ func (k Kind) String() string {
 		return "uprobe"
 	case Return:
 		return "uretprobe"
+	case USDT:
+		return "usdt"
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -36,7 +41,8 @@ type Probe struct {
 	// library or program name.
 	Target string
 	// Patterns are glob patterns over the target's function names; those
-	// starting with '!' exclude.
+	// starting with '!' exclude. A USDT probe has one pattern,
+	// "provider:name", both parts globs.
 	Patterns []string
 }
 
@@ -49,6 +55,9 @@ func (p Probe) String() string {
 //
 //	uprobe:TARGET:PATTERN[,PATTERN...]
 //	uretprobe:TARGET:PATTERN[,PATTERN...]
+//
+//	usdt:TARGET:PROVIDER:NAME
+//	usdt:TARGET:NAME
 //
 // "u" and "ur" abbreviate the kinds, as in bpftrace. TARGET is a path
 // (/usr/bin/bash, /proc/1234/root/usr/lib/libssl.so.3) or a bare name
@@ -65,8 +74,10 @@ func ParseProbe(spec string) (Probe, error) {
 		p.Kind = Entry
 	case "uretprobe", "ur":
 		p.Kind = Return
+	case "usdt", "U":
+		return parseUSDT(spec, rest)
 	default:
-		return Probe{}, fmt.Errorf("%w %q: unknown probe type %q (want uprobe or uretprobe)", ErrBadSpec, spec, kind)
+		return Probe{}, fmt.Errorf("%w %q: unknown probe type %q (want uprobe, uretprobe or usdt)", ErrBadSpec, spec, kind)
 	}
 	// The patterns follow the last ':', so a target path may contain ':'
 	// but a pattern may not; C++ and Go names with "::" are matched with
@@ -111,4 +122,30 @@ func containsInclusion(patterns []string) bool {
 		}
 	}
 	return false
+}
+
+// parseUSDT parses what follows "usdt:": TARGET:PROVIDER:NAME, or
+// TARGET:NAME for a name in any provider. With three parts, the target is
+// everything before the last two colons.
+func parseUSDT(spec, rest string) (Probe, error) {
+	parts := strings.Split(rest, ":")
+	p := Probe{Kind: USDT}
+	switch {
+	case len(parts) >= 3:
+		p.Target = strings.Join(parts[:len(parts)-2], ":")
+		p.Patterns = []string{parts[len(parts)-2] + ":" + parts[len(parts)-1]}
+	case len(parts) == 2:
+		p.Target = parts[0]
+		p.Patterns = []string{"*:" + parts[1]}
+	default:
+		return Probe{}, fmt.Errorf("%w %q: want usdt:TARGET:PROVIDER:NAME", ErrBadSpec, spec)
+	}
+	if p.Target == "" {
+		return Probe{}, fmt.Errorf("%w %q: empty target (want a path or a library name)", ErrBadSpec, spec)
+	}
+	provider, name, _ := strings.Cut(p.Patterns[0], ":")
+	if provider == "" || name == "" || strings.ContainsAny(p.Patterns[0], ",!") {
+		return Probe{}, fmt.Errorf("%w %q: want one PROVIDER:NAME glob pattern", ErrBadSpec, spec)
+	}
+	return p, nil
 }

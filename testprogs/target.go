@@ -152,9 +152,15 @@ func cacheDir() (string, error) {
 }
 
 func buildTarget(n int) (string, error) {
-	units := generate(n)
+	return buildCached(fmt.Sprintf("target-%d", n), generate(n), gccFlags)
+}
+
+// buildCached compiles units with flags into an executable "target" in the
+// cache directory, under name and a hash of the sources and flags, unless
+// it is there already.
+func buildCached(name string, units []unit, flags []string) (string, error) {
 	h := sha256.New()
-	for _, f := range gccFlags {
+	for _, f := range flags {
 		fmt.Fprintf(h, "flag %s\n", f)
 	}
 	for _, u := range units {
@@ -167,7 +173,7 @@ func buildTarget(n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	final := filepath.Join(base, fmt.Sprintf("target-%d-%s", n, key))
+	final := filepath.Join(base, name+"-"+key)
 	bin := filepath.Join(final, "target")
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
@@ -194,7 +200,7 @@ func buildTarget(n int) (string, error) {
 			return "", fmt.Errorf("testprogs: %w", err)
 		}
 		g.Go(func() error {
-			args := append(append([]string{}, gccFlags...), "-c", "-o", objs[i], src)
+			args := append(append([]string{}, flags...), "-c", "-o", objs[i], src)
 			return runGCC(args)
 		})
 	}

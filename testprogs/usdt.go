@@ -1,0 +1,93 @@
+package testprogs
+
+import (
+	_ "embed"
+	"fmt"
+	"os/exec"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/usdt"
+)
+
+//go:embed c/usdt_target.c
+var usdtTargetSource []byte
+
+// USDTInlinedSites is how many sites the mp:inlined probe of the USDT
+// target has.
+const USDTInlinedSites = 50
+
+// USDTTarget returns the path of the USDT target (c/usdt_target.c), built
+// with gcc -O2 on first use and cached like [Target]. It needs
+// <sys/sdt.h> (Debian's systemtap-sdt-dev). Its command line is
+//
+//	usdt_target [-wait] N
+//
+// It fires mp:tick(i, -3*i) for i from 0 to N-1, mp:guarded(i) as often
+// but only while the probe's semaphore is set, mp:inlined(N) once at each
+// of its USDTInlinedSites sites, then prints "done G" with how often
+// mp:guarded fired.
+func USDTTarget(tb testing.TB) string {
+	tb.Helper()
+	_, err := exec.LookPath("gcc")
+	testutil.RequireTool(tb, "gcc", err)
+	path, err := buildCached("usdt", []unit{{name: "usdt_target", src: usdtTargetSource}}, []string{"-O2", "-g0", "-Wall", "-Werror"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// USDTCounter holds the loaded USDT counter program (bpf/usdt_counter.c)
+// and its maps. The per-site arrays are indexed by the site's index (the
+// user's cookie) and hold int64 values.
+type USDTCounter struct {
+	// CountUSDT adds one to Hits, the argument count to Argc and the
+	// first two arguments to Sum0 and Sum1.
+	CountUSDT *ebpf.Program
+
+	Hits, Argc, Sum0, Sum1 *ebpf.Map
+	// Specs and IPs are the maps of bpf/usdt.bpf.h, for
+	// multiprobe.Options.USDTSpecs and USDTIPs.
+	Specs, IPs *ebpf.Map
+
+	objs usdtCounterObjects
+}
+
+// LoadUSDTCounter loads the USDT counter for attach path p; noCookie makes
+// it find its specs by address, as on kernels before 5.15.
+func LoadUSDTCounter(p kernelprobe.Path, noCookie bool) (*USDTCounter, error) {
+	spec, err := loadUsdtCounter()
+	if err != nil {
+		return nil, err
+	}
+	kernelprobe.PrepareCollectionSpec(spec, p)
+	if err := usdt.ConfigureCollection(spec, usdt.CollectionOptions{NoCookie: noCookie}); err != nil {
+		return nil, err
+	}
+	c := &USDTCounter{}
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
+		return nil, fmt.Errorf("testprogs: load USDT counter for %v: %w", p, err)
+	}
+	o := &c.objs
+	c.CountUSDT, c.Hits, c.Argc, c.Sum0, c.Sum1 = o.CountUsdt, o.UsdtHits, o.UsdtArgc, o.UsdtSum0, o.UsdtSum1
+	c.Specs, c.IPs = o.MpUsdtSpecs, o.MpUsdtIps
+	return c, nil
+}
+
+// Close releases the program and maps.
+func (c *USDTCounter) Close() error { return c.objs.Close() }
+
+// ReadInt64s returns entries 0 to n-1 of an array map of int64 values.
+func ReadInt64s(m *ebpf.Map, n int) ([]int64, error) {
+	out := make([]int64, n)
+	for i := range out {
+		if err := m.Lookup(uint32(i), &out[i]); err != nil {
+			return nil, fmt.Errorf("testprogs: map %s entry %d: %w", m, i, err)
+		}
+	}
+	return out, nil
+}

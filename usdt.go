@@ -1,0 +1,287 @@
+package multiprobe
+
+import (
+	"bufio"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/usdt"
+)
+
+var (
+	// ErrNoSpecMap is returned when USDT probes are attached without
+	// Options.USDTSpecs: the program must include bpf/usdt.bpf.h and pass
+	// its mp_usdt_specs map.
+	ErrNoSpecMap = errors.New("USDT probes need the program's " + usdt.SpecMapName + " map (Options.USDTSpecs)")
+	// ErrNeedPID is returned when a USDT probe in a position-independent
+	// file is attached without BPF cookies and without a pid: the probed
+	// address the program sees depends on where each process loaded the
+	// file.
+	ErrNeedPID = errors.New("without BPF cookies, USDT probes in a PIE or shared library need a pid")
+)
+
+// resolveUSDT returns the sites of the USDT probes that p selects in the
+// file at path. Each site's spec is decoded now, when the host can use it,
+// so that attaching only hands out ids.
+func resolveUSDT(path string, p Probe) ([]Site, error) {
+	f, err := usdt.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	probes, err := f.Probes(p.Patterns[0])
+	if err != nil {
+		return nil, err
+	}
+	var sites []Site
+	for _, pr := range probes {
+		for i := range pr.Sites {
+			us := &pr.Sites[i]
+			s := Site{
+				Site: elfsym.Site{
+					Name:    pr.Provider + ":" + pr.Name,
+					Bind:    elf.STB_GLOBAL,
+					Type:    elf.STT_NOTYPE,
+					Address: us.Address,
+					Offset:  us.Offset,
+				},
+				RefCtrOffset: us.SemaphoreOffset,
+				USDT:         us,
+			}
+			spec, err := f.Spec(*us)
+			if err != nil {
+				s.specErr = fmt.Errorf("%s at %#x: %w", s.Name, us.Address, err)
+			} else {
+				s.spec = &spec
+			}
+			sites = append(sites, s)
+		}
+	}
+	return sites, nil
+}
+
+// specTables holds one usdt.SpecTable per spec map, shared by every Link
+// that uses the map, so that equal specs share an id and an id freed by
+// one Link's Close is reused by the next attach.
+var specTables struct {
+	sync.Mutex
+	m map[*ebpf.Map]*specTable
+}
+
+type specTable struct {
+	*usdt.SpecTable
+	users int
+}
+
+func acquireSpecTable(m *ebpf.Map) *specTable {
+	specTables.Lock()
+	defer specTables.Unlock()
+	if specTables.m == nil {
+		specTables.m = map[*ebpf.Map]*specTable{}
+	}
+	t := specTables.m[m]
+	if t == nil {
+		t = &specTable{SpecTable: usdt.NewSpecTable(m.MaxEntries(), func(id uint32, s *usdt.Spec) error {
+			b, err := s.MarshalBinary()
+			if err != nil {
+				return err
+			}
+			return m.Put(id, b)
+		})}
+		specTables.m[m] = t
+	}
+	t.users++
+	return t
+}
+
+func releaseSpecTable(m *ebpf.Map, t *specTable) {
+	specTables.Lock()
+	defer specTables.Unlock()
+	if t.users--; t.users == 0 {
+		delete(specTables.m, m)
+	}
+}
+
+// usdtState is what a Link holds for its USDT sites: the spec ids to
+// release and the address map entries to delete on Close.
+type usdtState struct {
+	specs *ebpf.Map
+	table *specTable
+	ids   []uint32
+	ips   *ebpf.Map
+	keys  []uint64
+}
+
+// prepareUSDT gives every USDT site a spec id and its kernel cookie
+// (spec id and user cookie packed), and, without cookies, writes the
+// address map. cookies[i] is the cookie to attach sites[i] with.
+func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint64, st *usdtState, err error) {
+	cookies = make([]uint64, len(sites))
+	for i, s := range sites {
+		cookies[i] = s.Cookie
+	}
+	hasUSDT := false
+	for _, s := range sites {
+		if s.USDT != nil {
+			hasUSDT = true
+			if s.specErr != nil {
+				return nil, nil, s.specErr
+			}
+		}
+	}
+	if !hasUSDT {
+		return cookies, nil, nil
+	}
+	if opts.USDTSpecs == nil {
+		return nil, nil, ErrNoSpecMap
+	}
+	st = &usdtState{specs: opts.USDTSpecs, table: acquireSpecTable(opts.USDTSpecs), ips: opts.USDTIPs}
+	defer func() {
+		if err != nil {
+			st.release()
+			st = nil
+		}
+	}()
+	if !haveCookies && st.ips == nil {
+		return nil, nil, fmt.Errorf("kernel without BPF cookies: USDT probes need the program's %s map (Options.USDTIPs)", usdt.IPMapName)
+	}
+	biases := map[string]addrMapper{}
+	for i, s := range sites {
+		if s.USDT == nil {
+			continue
+		}
+		id, err := st.table.Acquire(*s.spec)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", s.Name, err)
+		}
+		st.ids = append(st.ids, id)
+		cookies[i] = usdt.PackCookie(id, uint32(s.Cookie))
+		if haveCookies {
+			continue
+		}
+		m, ok := biases[s.Path]
+		if !ok {
+			if m, err = newAddrMapper(s.Path, opts.PID); err != nil {
+				return nil, nil, err
+			}
+			biases[s.Path] = m
+		}
+		addr, err := m.runtimeAddr(s.Site)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := st.ips.Put(addr, cookies[i]); err != nil {
+			return nil, nil, fmt.Errorf("%s: writing %s: %w", s.Name, usdt.IPMapName, err)
+		}
+		st.keys = append(st.keys, addr)
+	}
+	return cookies, st, nil
+}
+
+// release frees the spec ids and address entries; call it after the sites
+// are detached, so that no site fires with a freed id.
+func (st *usdtState) release() {
+	if st == nil {
+		return
+	}
+	for _, k := range st.keys {
+		_ = st.ips.Delete(k)
+	}
+	for _, id := range st.ids {
+		st.table.Release(id)
+	}
+	releaseSpecTable(st.specs, st.table)
+	st.ids, st.keys = nil, nil
+}
+
+// addrMapper turns a site into the address a process sees it at: the
+// link-time address in a fixed-position executable, else the address of
+// the file's mapping in the process pid.
+type addrMapper struct {
+	path  string
+	fixed bool
+	maps  []mapping
+}
+
+type mapping struct {
+	start, end, pgoff uint64
+}
+
+func newAddrMapper(path string, pid int) (addrMapper, error) {
+	ef, err := elf.Open(path)
+	if err != nil {
+		return addrMapper{}, err
+	}
+	typ := ef.Type
+	ef.Close()
+	m := addrMapper{path: path, fixed: typ == elf.ET_EXEC}
+	if m.fixed {
+		return m, nil
+	}
+	if pid == 0 {
+		return addrMapper{}, fmt.Errorf("%s: %w (Options.PID)", path, ErrNeedPID)
+	}
+	m.maps, err = fileMappings(pid, path)
+	if err != nil {
+		return addrMapper{}, err
+	}
+	return m, nil
+}
+
+func (m addrMapper) runtimeAddr(s elfsym.Site) (uint64, error) {
+	if m.fixed {
+		return s.Address, nil
+	}
+	for _, mp := range m.maps {
+		if s.Offset >= mp.pgoff && s.Offset-mp.pgoff < mp.end-mp.start {
+			return mp.start + s.Offset - mp.pgoff, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: %s at offset %#x is not mapped executable in the process: %w", m.path, s.Name, s.Offset, ErrNeedPID)
+}
+
+// fileMappings returns the executable mappings of path in process pid,
+// matched by device and inode so that /proc/PID/root paths and symlinks
+// agree.
+func fileMappings(pid int, path string) ([]mapping, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	ino := st.Sys().(*syscall.Stat_t).Ino
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/maps")
+	if err != nil {
+		return nil, fmt.Errorf("process %d: %w", pid, err)
+	}
+	defer f.Close()
+	var out []mapping
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 6 || !strings.Contains(fields[1], "x") {
+			continue
+		}
+		if n, _ := strconv.ParseUint(fields[4], 10, 64); n != ino {
+			continue
+		}
+		if filepath.Base(fields[5]) != filepath.Base(path) {
+			continue
+		}
+		var m mapping
+		lo, hi, _ := strings.Cut(fields[0], "-")
+		m.start, _ = strconv.ParseUint(lo, 16, 64)
+		m.end, _ = strconv.ParseUint(hi, 16, 64)
+		m.pgoff, _ = strconv.ParseUint(fields[2], 16, 64)
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
