@@ -129,9 +129,10 @@ type Options struct {
 	// Features, if not nil, replaces kernelprobe.Detect(): tests use it to
 	// force a path.
 	Features *kernelprobe.Features
-	// USDTSpecs is the program's mp_usdt_specs map (bpf/usdt.bpf.h),
-	// needed for USDT probes: each distinct argument spec gets an id
-	// there while attached.
+	// USDTSpecs is the program's mp_usdt_specs map (bpf/usdt.bpf.h), for
+	// USDT probes whose arguments the program reads: each distinct
+	// argument spec gets an id there while attached. Without it, USDT
+	// sites attach with their plain cookies and no arguments.
 	USDTSpecs *ebpf.Map
 	// USDTIPs is the program's mp_usdt_ips map, needed for USDT probes on
 	// kernels without BPF cookies.

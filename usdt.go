@@ -18,17 +18,10 @@ import (
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
-var (
-	// ErrNoSpecMap is returned when USDT probes are attached without
-	// Options.USDTSpecs: the program must include bpf/usdt.bpf.h and pass
-	// its mp_usdt_specs map.
-	ErrNoSpecMap = errors.New("USDT probes need the program's " + usdt.SpecMapName + " map (Options.USDTSpecs)")
-	// ErrNeedPID is returned when a USDT probe in a position-independent
-	// file is attached without BPF cookies and without a pid: the probed
-	// address the program sees depends on where each process loaded the
-	// file.
-	ErrNeedPID = errors.New("without BPF cookies, USDT probes in a PIE or shared library need a pid")
-)
+// ErrNeedPID is returned when a USDT probe in a position-independent file
+// is attached without BPF cookies and without a pid: the probed address
+// the program sees depends on where each process loaded the file.
+var ErrNeedPID = errors.New("without BPF cookies, USDT probes in a PIE or shared library need a pid")
 
 // resolveUSDT returns the sites of the USDT probes that p selects in the
 // file at path. Each site's spec is decoded now, when the host can use it,
@@ -142,7 +135,9 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 		return cookies, nil, nil
 	}
 	if opts.USDTSpecs == nil {
-		return nil, nil, ErrNoSpecMap
+		// The program does not read arguments: the sites keep their
+		// plain cookies, which mp_usdt_cookie reads as well.
+		return cookies, nil, nil
 	}
 	st = &usdtState{specs: opts.USDTSpecs, table: acquireSpecTable(opts.USDTSpecs), ips: opts.USDTIPs}
 	defer func() {

@@ -212,8 +212,14 @@ MP__USDT_INLINE int mp_usdt_arg(void *ctx, unsigned long long n, long *res)
 		return -MP__USDT_ENOENT;
 	arg = &spec->args[n];
 	size = arg->size;
-	/* One unsigned compare bounds size to 1..8 for the verifier. */
-	if (size - 1 > 7)
+	/* Bound size itself, not size - 1: the verifier of Linux 6.1 does not
+	 * carry a bound on size - 1 back to size, and then refuses the read
+	 * into the 8-byte val below. The empty asm keeps the compiler from
+	 * merging the two tests into the single unsigned one it prefers. */
+	if (size > 8)
+		return -MP__USDT_EINVAL;
+	__asm__ __volatile__("" : "+r"(size));
+	if (size == 0)
 		return -MP__USDT_EINVAL;
 
 	switch (arg->kind) {

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,15 +13,18 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/usdt"
 )
 
 func init() {
@@ -37,6 +41,9 @@ type countedSite struct {
 	Path     string `json:"path"`
 	Offset   uint64 `json:"offset"`
 	Calls    uint64 `json:"calls"`
+	// Sites is how many sites of the probe were hit (a USDT probe can be
+	// inlined at many places).
+	Sites int `json:"sites"`
 }
 
 type countReport struct {
@@ -50,6 +57,9 @@ type countReport struct {
 	// Stats are the kernel's run-time statistics for the probe program,
 	// with --stats.
 	Stats *progStats `json:"stats,omitempty"`
+	// Hits are the hits with their arguments, with --args.
+	Hits        []hitRecord `json:"hits,omitempty"`
+	HitsDropped uint64      `json:"hits_dropped,omitempty"`
 }
 
 type progStats struct {
@@ -59,11 +69,15 @@ type progStats struct {
 }
 
 func runCount(args []string, stdout, stderr io.Writer) error {
+	// The command's output and the hits printed with --args share stdout
+	// from two goroutines.
+	stdout = &syncWriter{w: stdout}
 	fs := newFlagSet("count", stderr)
 	pid := fs.Int("pid", 0, "count only calls made by this process")
 	duration := fs.Duration("duration", 0, "count for this long (default: until the command exits, or Ctrl-C)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
+	withArgs := fs.Bool("args", false, "print every hit with its USDT arguments as integers")
 	specs, command, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -92,21 +106,34 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("raising the memlock limit: %w", err)
 	}
-	spec, err := loadCount()
+	c, err := loadCounter(&features, len(sites), *withArgs)
 	if err != nil {
 		return err
 	}
-	kernelprobe.PrepareCollectionSpec(spec, features.Path())
-	spec.Maps["counts"].MaxEntries = uint32(len(sites))
-	var objs countObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		if errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("loading the counter: %w (run as root, or with CAP_BPF and CAP_PERFMON)", err)
+	defer c.close()
+	opts := &multiprobe.Options{Features: &features, USDTSpecs: c.specs, USDTIPs: c.ips}
+	var hitsDone chan struct{}
+	var hitLog []hitRecord
+	if *withArgs {
+		hitsDone = make(chan struct{})
+		rd, err := ringbuf.NewReader(c.hits)
+		if err != nil {
+			return fmt.Errorf("--args: %w", err)
 		}
-		return fmt.Errorf("loading the counter: %w", err)
+		go func() {
+			defer close(hitsDone)
+			hitLog = readHits(rd, sites, stdout, *asJSON)
+		}()
+		defer func() {
+			rd.Close()
+			<-hitsDone
+		}()
+		c.stopHits = func() {
+			// The reader returns what is in the buffer, then ErrFlushed.
+			rd.Flush()
+			<-hitsDone
+		}
 	}
-	defer objs.Close()
-
 	var statsOff io.Closer
 	if *stats {
 		if statsOff, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
@@ -117,9 +144,13 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 
 	start := time.Now()
 	if len(command) > 0 {
-		err = countCommand(objs.CountCall, sites, &features, command, stdout, stderr, *asJSON, *duration)
+		err = countCommand(c.prog, sites, opts, command, stdout, stderr, *asJSON, *duration)
 	} else {
-		err = countWhile(objs.CountCall, sites, &features, *pid, *duration, stderr)
+		opts.PID = *pid
+		err = countWhile(c.prog, sites, opts, *duration, stderr)
+	}
+	if c.stopHits != nil {
+		c.stopHits()
 	}
 	if err != nil {
 		return err
@@ -129,25 +160,37 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	report := countReport{Kernel: features.Release, Path: features.Path().String(), Sites: len(sites), Duration: elapsed}
 	counts := make([]uint64, len(sites))
 	for i := range sites {
-		if err := objs.Counts.Lookup(uint32(i), &counts[i]); err != nil {
+		if err := c.counts.Lookup(uint32(i), &counts[i]); err != nil {
 			return fmt.Errorf("reading count of %s: %w", sites[i].Name, err)
 		}
 	}
+	// A USDT probe inlined at many places has many sites: count it once,
+	// under its first site's offset.
+	usdtRow := map[string]int{}
 	for i, s := range sites {
 		report.Calls += counts[i]
 		if counts[i] == 0 {
 			continue
 		}
 		report.Called++
+		if s.USDT != nil {
+			key := s.Path + "\x00" + s.Name
+			if row, ok := usdtRow[key]; ok {
+				report.Counts[row].Calls += counts[i]
+				report.Counts[row].Sites++
+				continue
+			}
+			usdtRow[key] = len(report.Counts)
+		}
 		report.Counts = append(report.Counts, countedSite{
-			Probe: s.Probe.String(), Function: s.Name, Path: s.Path, Offset: s.Offset, Calls: counts[i],
+			Probe: s.Probe.String(), Function: s.Name, Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
 		})
 	}
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function))
 	})
 	if *stats {
-		st, err := objs.CountCall.Stats()
+		st, err := c.prog.Stats()
 		if err != nil {
 			return fmt.Errorf("--stats: %w", err)
 		}
@@ -157,10 +200,20 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		}
 		report.Stats = ps
 	}
+	if *withArgs {
+		report.Hits = hitLog
+		var d uint64
+		if err := c.dropped.Lookup(uint32(0), &d); err == nil {
+			report.HitsDropped = d
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
+	}
+	if report.HitsDropped > 0 {
+		fmt.Fprintf(stdout, "%d hits did not fit in the ring buffer and were not printed\n", report.HitsDropped)
 	}
 	width := len("CALLS")
 	if len(report.Counts) > 0 {
@@ -179,8 +232,8 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 }
 
 // countWhile attaches and counts for duration, or until SIGINT or SIGTERM.
-func countWhile(prog *ebpf.Program, sites []multiprobe.Site, f *kernelprobe.Features, pid int, duration time.Duration, stderr io.Writer) error {
-	l, err := multiprobe.AttachSites(prog, sites, &multiprobe.Options{PID: pid, Features: f})
+func countWhile(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Options, duration time.Duration, stderr io.Writer) error {
+	l, err := multiprobe.AttachSites(prog, sites, opts)
 	if err != nil {
 		return err
 	}
@@ -203,7 +256,7 @@ func countWhile(prog *ebpf.Program, sites []multiprobe.Site, f *kernelprobe.Feat
 // it stopped (under ptrace, until its exec completes) means no call is
 // missed between the start and the attach, and no other process's calls
 // are counted.
-func countCommand(prog *ebpf.Program, sites []multiprobe.Site, f *kernelprobe.Features, command []string, stdout, stderr io.Writer, asJSON bool, duration time.Duration) error {
+func countCommand(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Options, command []string, stdout, stderr io.Writer, asJSON bool, duration time.Duration) error {
 	// The tracer of a ptrace'd child is the thread that started it.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -224,7 +277,8 @@ func countCommand(prog *ebpf.Program, sites []multiprobe.Site, f *kernelprobe.Fe
 		cmd.Wait()
 		return fmt.Errorf("starting %s: it did not stop after exec (status %v): %v", command[0], ws, err)
 	}
-	l, err := multiprobe.AttachSites(prog, sites, &multiprobe.Options{PID: pid, Features: f})
+	opts.PID = pid
+	l, err := multiprobe.AttachSites(prog, sites, opts)
 	if err != nil {
 		cmd.Process.Kill()
 		unix.PtraceDetach(pid)
@@ -256,4 +310,111 @@ func countCommand(prog *ebpf.Program, sites []multiprobe.Site, f *kernelprobe.Fe
 		fmt.Fprintf(stderr, "%s still running after %v; counts so far\n", command[0], duration)
 	}
 	return nil
+}
+
+// counter is the loaded counting program: count.c, or count_args.c with
+// --args.
+type counter struct {
+	prog                  *ebpf.Program
+	counts, hits, dropped *ebpf.Map
+	specs, ips            *ebpf.Map
+	close                 func() error
+	stopHits              func()
+}
+
+func loadCounter(f *kernelprobe.Features, sites int, withArgs bool) (*counter, error) {
+	load := loadCount
+	if withArgs {
+		load = loadCountArgs
+	}
+	spec, err := load()
+	if err != nil {
+		return nil, err
+	}
+	kernelprobe.PrepareCollectionSpec(spec, f.Path())
+	spec.Maps["counts"].MaxEntries = uint32(max(sites, 1))
+	explain := func(err error) error {
+		if errors.Is(err, unix.EPERM) {
+			return fmt.Errorf("loading the counter: %w (run as root, or with CAP_BPF and CAP_PERFMON)", err)
+		}
+		return fmt.Errorf("loading the counter: %w", err)
+	}
+	if !withArgs {
+		var objs countObjects
+		if err := spec.LoadAndAssign(&objs, nil); err != nil {
+			return nil, explain(err)
+		}
+		return &counter{prog: objs.CountCall, counts: objs.Counts, close: objs.Close}, nil
+	}
+	if err := usdt.ConfigureCollection(spec, usdt.CollectionOptions{NoCookie: !f.Cookies}); err != nil {
+		return nil, err
+	}
+	var objs countArgsObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, explain(err)
+	}
+	return &counter{
+		prog: objs.CountArgs, counts: objs.Counts, hits: objs.Hits, dropped: objs.Dropped,
+		specs: objs.MpUsdtSpecs, ips: objs.MpUsdtIps, close: objs.Close,
+	}, nil
+}
+
+// hitRecord is one hit with its arguments, for --args.
+type hitRecord struct {
+	Probe string  `json:"probe"`
+	Args  []int64 `json:"args"`
+}
+
+// maxHitLog bounds the hits kept for the JSON report.
+const maxHitLog = 100_000
+
+// readHits prints (or, for JSON, collects) hits until rd is closed.
+func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, stdout io.Writer, asJSON bool) []hitRecord {
+	var log []hitRecord
+	var rec ringbuf.Record
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
+				return log
+			}
+			continue
+		}
+		const size = 8 + 8*usdt.MaxArgs
+		if len(rec.RawSample) < size {
+			continue
+		}
+		b := rec.RawSample
+		site := binary.NativeEndian.Uint32(b)
+		argc := min(int(int32(binary.NativeEndian.Uint32(b[4:]))), usdt.MaxArgs)
+		h := hitRecord{Args: make([]int64, max(argc, 0))}
+		if int(site) < len(sites) {
+			h.Probe = sites[site].Name
+		}
+		for i := range h.Args {
+			h.Args[i] = int64(binary.NativeEndian.Uint64(b[8+8*i:]))
+		}
+		if asJSON {
+			if len(log) < maxHitLog {
+				log = append(log, h)
+			}
+			continue
+		}
+		fmt.Fprintf(stdout, "%s", h.Probe)
+		for _, a := range h.Args {
+			fmt.Fprintf(stdout, " %d", a)
+		}
+		fmt.Fprintln(stdout)
+	}
+}
+
+// syncWriter serialises writes from several goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

@@ -4,3 +4,4 @@ package main
 // ./cmd/multiprobe` (clang-19 from Debian). The output is reproducible byte
 // for byte, which .ci/check-generate verifies.
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../testprogs/bpf/include" count bpf/count.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../testprogs/bpf/include -I../../bpf" countArgs bpf/count_args.c
