@@ -20,15 +20,28 @@ import (
 // which exist only on the uprobe_multi path, are left alone, as is
 // everything when spec is nil or p is neither path.
 func PrepareProgramSpec(spec *ebpf.ProgramSpec, p Path) {
-	if spec == nil || !isUprobe(spec) {
-		return
+	if spec != nil {
+		spec.AttachType = AttachType(spec, p)
+	}
+}
+
+// AttachType returns the expected attach type that spec must be loaded with
+// for path p, without changing spec: what PrepareProgramSpec would set. A
+// loader that must not write the caller's specs uses it on its copies.
+func AttachType(spec *ebpf.ProgramSpec, p Path) ebpf.AttachType {
+	if spec == nil {
+		return ebpf.AttachNone
+	}
+	if !isUprobe(spec) {
+		return spec.AttachType
 	}
 	switch p {
 	case PathUprobeMulti:
-		spec.AttachType = ebpf.AttachTraceUprobeMulti
+		return ebpf.AttachTraceUprobeMulti
 	case PathPerfEvent:
-		spec.AttachType = ebpf.AttachNone
+		return ebpf.AttachNone
 	}
+	return spec.AttachType
 }
 
 // PrepareCollectionSpec applies [PrepareProgramSpec] to every program of cs.

@@ -3,43 +3,22 @@ package load
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
-// IsUprobe reports whether spec is a uprobe program: a Kprobe-typed program
-// from a uprobe, uretprobe or usdt ELF section, or one already set up for a
-// uprobe_multi link.
-func IsUprobe(spec *ebpf.ProgramSpec) bool {
-	if spec == nil || spec.Type != ebpf.Kprobe {
-		return false
-	}
-	if spec.AttachType == ebpf.AttachTraceUprobeMulti {
-		return true
-	}
-	for _, p := range []string{"uprobe", "uretprobe", "usdt"} {
-		if strings.HasPrefix(spec.SectionName, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // UprobeAttachType returns an [Options.AttachType] hook that loads every
-// uprobe program (see [IsUprobe]) with the expected attach type t and leaves
-// the others as their spec says. t is ebpf.AttachTraceUprobeMulti for the
-// uprobe_multi link and ebpf.AttachNone for per-site perf-event uprobes.
+// uprobe program with the expected attach type of attach path p, as
+// kernelprobe decided it, and leaves the others as their spec says. See
+// kernelprobe.AttachType for which programs are uprobes.
 //
 // The attach path must be chosen before the load: a program loaded for
 // uprobe_multi cannot be attached as a perf-event uprobe, nor the reverse.
-// The kernelprobe package makes that choice; the caller passes it here.
-func UprobeAttachType(t ebpf.AttachType) func(name string, spec *ebpf.ProgramSpec) ebpf.AttachType {
+func UprobeAttachType(p kernelprobe.Path) func(name string, spec *ebpf.ProgramSpec) ebpf.AttachType {
 	return func(_ string, spec *ebpf.ProgramSpec) ebpf.AttachType {
-		if IsUprobe(spec) {
-			return t
-		}
-		return spec.AttachType
+		return kernelprobe.AttachType(spec, p)
 	}
 }
 

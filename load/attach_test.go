@@ -4,38 +4,27 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
-func TestIsUprobe(t *testing.T) {
-	tests := []struct {
-		spec *ebpf.ProgramSpec
-		want bool
-	}{
-		{&ebpf.ProgramSpec{Type: ebpf.Kprobe, SectionName: "uprobe/libc.so:malloc"}, true},
-		{&ebpf.ProgramSpec{Type: ebpf.Kprobe, SectionName: "uretprobe"}, true},
-		{&ebpf.ProgramSpec{Type: ebpf.Kprobe, SectionName: "uprobe.multi/x"}, true},
-		{&ebpf.ProgramSpec{Type: ebpf.Kprobe, SectionName: "usdt/python:function__entry"}, true},
-		{&ebpf.ProgramSpec{Type: ebpf.Kprobe, SectionName: "kprobe/do_nanosleep"}, false},
-		{&ebpf.ProgramSpec{Type: ebpf.Kprobe, AttachType: ebpf.AttachTraceUprobeMulti}, true},
-		{&ebpf.ProgramSpec{Type: ebpf.SocketFilter, SectionName: "uprobe"}, false},
-		{nil, false},
-	}
-	for _, tt := range tests {
-		if got := IsUprobe(tt.spec); got != tt.want {
-			t.Errorf("IsUprobe(%+v) = %v, want %v", tt.spec, got, tt.want)
-		}
-	}
-}
-
 func TestUprobeAttachType(t *testing.T) {
-	hook := UprobeAttachType(ebpf.AttachTraceUprobeMulti)
 	up := &ebpf.ProgramSpec{Type: ebpf.Kprobe, SectionName: "uprobe"}
 	kp := &ebpf.ProgramSpec{Type: ebpf.Kprobe, SectionName: "kprobe/x", AttachType: ebpf.AttachNone}
-	if got := hook("up", up); got != ebpf.AttachTraceUprobeMulti {
-		t.Errorf("uprobe gets %v", got)
-	}
-	if got := hook("kp", kp); got != ebpf.AttachNone {
-		t.Errorf("kprobe gets %v", got)
+	for _, tt := range []struct {
+		path kernelprobe.Path
+		want ebpf.AttachType
+	}{
+		{kernelprobe.PathUprobeMulti, ebpf.AttachTraceUprobeMulti},
+		{kernelprobe.PathPerfEvent, ebpf.AttachNone},
+	} {
+		hook := UprobeAttachType(tt.path)
+		if got := hook("up", up); got != tt.want {
+			t.Errorf("%v: uprobe gets %v, want %v", tt.path, got, tt.want)
+		}
+		if got := hook("kp", kp); got != ebpf.AttachNone {
+			t.Errorf("%v: kprobe gets %v", tt.path, got)
+		}
 	}
 }
 

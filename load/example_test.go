@@ -6,6 +6,7 @@ import (
 	"log"
 
 	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/load"
 )
 
@@ -16,11 +17,13 @@ func ExampleCollection() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := &load.Options{
-		// The uprobe path (uprobe_multi or perf events) is decided before
-		// the load; kernelprobe tells which one this kernel supports.
-		AttachType: load.UprobeAttachType(ebpf.AttachTraceUprobeMulti),
+	// The uprobe path (uprobe_multi or perf events) is decided before the
+	// load; kernelprobe tells which one this kernel supports.
+	features, err := kernelprobe.Detect()
+	if err != nil {
+		log.Fatal(err)
 	}
+	opts := &load.Options{AttachType: load.UprobeAttachType(features.Path())}
 	if costs, err := load.OpenCostCache(""); err == nil {
 		opts.Costs, opts.Order = costs, load.OrderCached
 	}

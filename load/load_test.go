@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
 // smallSet returns n cheap programs sharing map "shared".
@@ -334,7 +335,7 @@ func TestTailCallAttachTypes(t *testing.T) {
 
 	// Every uprobe program loads for uprobe_multi, the callee included: the
 	// kernel holds both, and the tail-call map is filled after the loads.
-	coll, _, err := Collection(tailCallSpec(ebpf.AttachNone), &Options{AttachType: UprobeAttachType(ebpf.AttachTraceUprobeMulti)})
+	coll, _, err := Collection(tailCallSpec(ebpf.AttachNone), &Options{AttachType: UprobeAttachType(kernelprobe.PathUprobeMulti)})
 	if err != nil {
 		t.Fatal(err)
 	}

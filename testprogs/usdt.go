@@ -2,8 +2,9 @@ package testprogs
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
-	"os/exec"
+	"os"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -32,13 +33,20 @@ const USDTInlinedSites = 50
 // mp:guarded fired.
 func USDTTarget(tb testing.TB) string {
 	tb.Helper()
-	_, err := exec.LookPath("gcc")
-	testutil.RequireTool(tb, "gcc", err)
-	path, err := buildCached("usdt", []unit{{name: "usdt_target", src: usdtTargetSource}}, []string{"-O2", "-g0", "-Wall", "-Werror"})
+	path, err := BuildUSDTTarget()
+	if errors.Is(err, os.ErrNotExist) {
+		testutil.RequireTool(tb, "gcc", err)
+	}
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return path
+}
+
+// BuildUSDTTarget is USDTTarget outside a test: it returns the cached
+// target's path, building it first if needed.
+func BuildUSDTTarget() (string, error) {
+	return buildCached("usdt", []unit{{name: "usdt_target", src: usdtTargetSource}}, []string{"-O2", "-g0", "-Wall", "-Werror"})
 }
 
 // USDTCounter holds the loaded USDT counter program (bpf/usdt_counter.c)

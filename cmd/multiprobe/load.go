@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/load"
 )
 
@@ -61,6 +62,11 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	}
 
 	opts := &load.Options{Jobs: *jobs, Order: order}
+	// Uprobe programs load for the attach path this kernel supports, as
+	// multiprobe count would attach them.
+	if f, err := kernelprobe.Detect(); err == nil {
+		opts.AttachType = load.UprobeAttachType(f.Path())
+	}
 	// Every run records measured costs, so that --order cached has them the
 	// next time; a cache that cannot be opened only matters for that order.
 	costs, err := load.OpenCostCache(*costPath)

@@ -1,0 +1,133 @@
+// Command vmtest prebuilds the C targets of package testprogs for a test
+// run on a machine without gcc, such as the Linux 6.1 guest that
+// .ci/oldkernel/run boots in QEMU.
+//
+// Usage:
+//
+//	go run ./internal/vmtest -o DIR N...
+//
+// For every N it builds (or finds in the host's cache) the target with N
+// functions, as [testprogs.Target] does, and copies it into DIR at the place
+// where a test process with MULTIPROBE_CACHE_DIR=DIR looks for it. The
+// host's cache is $MULTIPROBE_CACHE_DIR if set, else the directory the tests
+// use by default, so targets the host tests built are reused.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/multiprobe/multiprobe/testprogs"
+)
+
+func main() {
+	out := flag.String("o", "", "`DIR` to use as the guest's MULTIPROBE_CACHE_DIR (required)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: vmtest -o DIR N...\n\n"+
+			"Copies the testprogs targets with N functions into DIR, building them with gcc if needed.\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	sizes, err := parseSizes(flag.Args())
+	if err != nil || *out == "" {
+		if err == nil {
+			err = errors.New("-o DIR is required")
+		}
+		fmt.Fprintln(os.Stderr, "vmtest:", err)
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := prebuild(*out, sizes); err != nil {
+		fmt.Fprintln(os.Stderr, "vmtest:", err)
+		os.Exit(1)
+	}
+}
+
+// parseSizes parses the function counts; at least one is required.
+func parseSizes(args []string) ([]int, error) {
+	if len(args) == 0 {
+		return nil, errors.New("no target sizes given")
+	}
+	sizes := make([]int, 0, len(args))
+	for _, a := range args {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 1 || n > testprogs.MaxTargetFuncs {
+			return nil, fmt.Errorf("target size %q: want a number from 1 to %d", a, testprogs.MaxTargetFuncs)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
+}
+
+// hostCache returns the directory that, as MULTIPROBE_CACHE_DIR, makes
+// testprogs use the host's usual cache: the variable's value if set, else
+// the default location (os.UserCacheDir()/multiprobe).
+func hostCache() (string, error) {
+	if d := os.Getenv("MULTIPROBE_CACHE_DIR"); d != "" {
+		return filepath.Abs(d)
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory (set MULTIPROBE_CACHE_DIR): %w", err)
+	}
+	return filepath.Join(d, "multiprobe"), nil
+}
+
+// prebuild copies the targets of the given sizes from the host's cache,
+// building them there first if needed, to the same relative paths under dst.
+func prebuild(dst string, sizes []int) error {
+	base, err := hostCache()
+	if err != nil {
+		return err
+	}
+	// Target places its builds under MULTIPROBE_CACHE_DIR; pinning the
+	// variable to base is what makes each path's place relative to base
+	// the place the guest looks at relative to dst.
+	if err := os.Setenv("MULTIPROBE_CACHE_DIR", base); err != nil {
+		return err
+	}
+	builds := []func() (string, error){testprogs.BuildUSDTTarget}
+	for _, n := range sizes {
+		builds = append(builds, func() (string, error) { return testprogs.Target(n) })
+	}
+	for _, build := range builds {
+		src, err := build()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(base, src)
+		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+			return fmt.Errorf("target %s is outside the cache %s", src, base)
+		}
+		if err := copyFile(filepath.Join(dst, rel), src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying %s to %s: %w", src, dst, err)
+	}
+	return out.Close()
+}
