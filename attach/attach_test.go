@@ -15,66 +15,12 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/testprogs"
 	"golang.org/x/sys/unix"
 )
 
-// state is what must be the same before an attach and after its Close (or
-// its failure): this process's fds and the kernel's links of our programs.
-// Links of other programs are ignored: other processes on the machine make
-// and close links all the time.
-type state struct {
-	fds   int
-	links []link.ID
-	progs []*ebpf.Program
-}
-
-func snapshot(tb testing.TB, progs ...*ebpf.Program) state {
-	tb.Helper()
-	s := state{progs: progs}
-	ours := map[ebpf.ProgramID]bool{}
-	for _, p := range progs {
-		info, err := p.Info()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		id, _ := info.ID()
-		ours[id] = true
-	}
-	var it link.Iterator
-	for it.Next() {
-		info, err := it.Link.Info()
-		if err != nil {
-			continue // closed meanwhile, or a link type cilium cannot describe
-		}
-		if ours[info.Program] {
-			s.links = append(s.links, it.ID)
-		}
-	}
-	if err := it.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	fds, err := testutil.OpenFDs()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.fds = fds
-	return s
-}
-
-func (s state) check(tb testing.TB, what string) {
-	tb.Helper()
-	now := snapshot(tb, s.progs...)
-	if now.fds != s.fds {
-		tb.Errorf("%s: %d fds open, want %d", what, now.fds, s.fds)
-	}
-	if !slices.Equal(now.links, s.links) {
-		tb.Errorf("%s: kernel links %v, want %v", what, now.links, s.links)
-	}
-}
 
 // setup builds a private target with n functions, loads the counter
 // programs for the uprobe_multi path and returns them with the functions'
@@ -125,7 +71,7 @@ func names(n int) []string {
 func TestUprobeMultiCounts(t *testing.T) {
 	const n, calls = 10_000, 2
 	path, offsets, c := setup(t, n)
-	before := snapshot(t, c.CountEntry)
+	before := testutil.TakeSnapshot(t, c.CountEntry)
 
 	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets, Names: names(n)}}, nil)
 	if err != nil {
@@ -134,10 +80,10 @@ func TestUprobeMultiCounts(t *testing.T) {
 	if l.FDs() != 1 || l.Sites() != n {
 		t.Errorf("FDs() = %d, Sites() = %d; want 1, %d", l.FDs(), l.Sites(), n)
 	}
-	attached := snapshot(t, c.CountEntry)
-	if attached.fds != before.fds+1 || len(attached.links) != len(before.links)+1 {
+	attached := testutil.TakeSnapshot(t, c.CountEntry)
+	if attached.FDs != before.FDs+1 || len(attached.Links) != len(before.Links)+1 {
 		t.Errorf("attaching %d sites took %d fds and %d kernel links, want 1 and 1",
-			n, attached.fds-before.fds, len(attached.links)-len(before.links))
+			n, attached.FDs-before.FDs, len(attached.Links)-len(before.Links))
 	}
 
 	infos, err := l.Info()
@@ -154,7 +100,7 @@ func TestUprobeMultiCounts(t *testing.T) {
 	}
 	if in.Path != path || in.Return || in.PID != 0 || !slices.Equal(in.Offsets, offsets) ||
 		!slices.Equal(in.Cookies, wantCookies) || !slices.Equal(l.Cookies(), wantCookies) ||
-		!slices.Contains(attached.links, in.ID) {
+		!slices.Contains(attached.Links, in.ID) {
 		t.Errorf("Info() = {ID %d, Path %q, Return %v, PID %d, %d offsets, %d cookies}, not what was attached",
 			in.ID, in.Path, in.Return, in.PID, len(in.Offsets), len(in.Cookies))
 	}
@@ -188,7 +134,7 @@ func TestUprobeMultiCounts(t *testing.T) {
 	if _, err := l.Info(); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Info() after Close: %v, want os.ErrClosed", err)
 	}
-	before.check(t, "after Close")
+	before.Check(t, "after Close")
 
 	// Detached: another run adds nothing.
 	run(t, path, n, calls)
@@ -341,7 +287,7 @@ func TestSeveralTargetsAndCookies(t *testing.T) {
 	const n, calls = 300, 1
 	pathA, offsets, c := setup(t, n)
 	pathB := testprogs.PrivateTarget(t, n) // same content, another inode
-	before := snapshot(t, c.CountEntry)
+	before := testutil.TakeSnapshot(t, c.CountEntry)
 
 	// A gets the default cookies 0…n-1, B continues with n…2n-1; C's are
 	// given, reversed, in the upper half of the arrays.
@@ -358,7 +304,7 @@ func TestSeveralTargetsAndCookies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.FDs() != 3 || snapshot(t, c.CountEntry).fds != before.fds+3 {
+	if l.FDs() != 3 || testutil.TakeSnapshot(t, c.CountEntry).FDs != before.FDs+3 {
 		t.Errorf("3 binaries: FDs() = %d, want 3 (one per binary)", l.FDs())
 	}
 	run(t, pathB, n, calls)
@@ -374,7 +320,7 @@ func TestSeveralTargetsAndCookies(t *testing.T) {
 		}
 	}
 	l.Close()
-	before.check(t, "after Close")
+	before.Check(t, "after Close")
 }
 
 func TestSplit(t *testing.T) {
@@ -382,7 +328,7 @@ func TestSplit(t *testing.T) {
 	path, offsets, c := setup(t, n)
 	defer func(old int) { sitesPerLink = old }(sitesPerLink)
 	sitesPerLink = 300
-	before := snapshot(t, c.CountEntry)
+	before := testutil.TakeSnapshot(t, c.CountEntry)
 
 	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, nil)
 	if err != nil {
@@ -413,7 +359,7 @@ func TestSplit(t *testing.T) {
 		}
 	}
 	l.Close()
-	before.check(t, "after Close")
+	before.Check(t, "after Close")
 }
 
 // TestFailuresLeaveNothing checks that a failed attach leaves no link and no
@@ -534,7 +480,7 @@ func TestFailuresLeaveNothing(t *testing.T) {
 			if prog == nil {
 				prog = c.CountEntry
 			}
-			before := snapshot(t, prog)
+			before := testutil.TakeSnapshot(t, prog)
 			l, err := UprobeMulti(prog, tc.targets, tc.opts)
 			if err == nil {
 				l.Close()
@@ -551,7 +497,7 @@ func TestFailuresLeaveNothing(t *testing.T) {
 					t.Errorf("error %q does not say %q", err, s)
 				}
 			}
-			before.check(t, "after the failure")
+			before.Check(t, "after the failure")
 		})
 	}
 }
