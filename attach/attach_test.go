@@ -32,9 +32,7 @@ func setup(t *testing.T, n int) (string, []uint64, *testprogs.Counter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !f.UprobeMulti {
-		testutil.Unavailable(t, "kernel %s has no uprobe_multi", f.Release)
-	}
+	testutil.RequireKernelFeature(t, f.UprobeMulti, "uprobe_multi")
 	path := testprogs.PrivateTarget(t, n)
 	offsets, err := testprogs.TargetOffsets(path, n)
 	if err != nil {
@@ -185,9 +183,7 @@ func TestSession(t *testing.T) {
 	const n, calls = 500, 2
 	path, offsets, _ := setup(t, n)
 	f, _ := kernelprobe.Detect()
-	if !f.UprobeSession {
-		testutil.Unavailable(t, "kernel %s has no uprobe sessions", f.Release)
-	}
+	testutil.RequireKernelFeature(t, f.UprobeSession, "uprobe sessions")
 	s, err := testprogs.LoadSession()
 	if err != nil {
 		t.Fatal(err)
@@ -246,9 +242,7 @@ func TestPIDFilter(t *testing.T) {
 	const n, calls = 200, 2
 	path, offsets, c := setup(t, n)
 	f, _ := kernelprobe.Detect()
-	if !f.UprobeMultiPIDFilter {
-		testutil.Unavailable(t, "kernel %s has no working uprobe_multi pid filter", f.Release)
-	}
+	testutil.RequireKernelFeature(t, f.UprobeMultiPIDFilter, "working uprobe_multi pid filter")
 
 	a, aIn, _ := startWaiting(t, path, calls)
 	b, bIn, _ := startWaiting(t, path, calls)

@@ -1,0 +1,37 @@
+package testutil
+
+import (
+	"os"
+	"testing"
+)
+
+// ExpectPathEnv names the environment variable through which a test run
+// states which attach path the kernel under test must take
+// ("uprobe_multi" or "perf_event"). The old-kernel runner sets it to
+// perf_event, so that a 6.1 kernel that somehow took the multi path, or a
+// test that forced nothing, is caught.
+const ExpectPathEnv = "MULTIPROBE_EXPECT_PATH"
+
+// ExpectPath fails t if the run expects another attach path than got
+// (the String of a kernelprobe.Path).
+func ExpectPath(t testing.TB, got string) {
+	t.Helper()
+	if want := os.Getenv(ExpectPathEnv); want != "" && want != got {
+		t.Fatalf("attach path %s, but this run expects %s (%s)", got, want, ExpectPathEnv)
+	}
+}
+
+// RequireKernelFeature skips t when the kernel lacks a feature that the
+// test exercises, if the run says it targets an older kernel
+// (ExpectPathEnv=perf_event); otherwise a missing feature is a missing
+// requirement, which fails in CI.
+func RequireKernelFeature(t testing.TB, have bool, what string) {
+	t.Helper()
+	if have {
+		return
+	}
+	if os.Getenv(ExpectPathEnv) == "perf_event" {
+		t.Skipf("kernel has no %s (old-kernel run)", what)
+	}
+	Unavailable(t, "kernel has no %s", what)
+}
