@@ -1,27 +1,22 @@
 package multiprobe
 
 import (
-	"bufio"
 	"debug/elf"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/procmaps"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
-// ErrNeedPID is returned when a USDT probe in a position-independent file
-// is attached without BPF cookies and without a pid: the probed address
-// the program sees depends on where each process loaded the file.
-var ErrNeedPID = errors.New("without BPF cookies, USDT probes in a PIE or shared library need a pid")
+// ErrNeedPID is returned when sites in a position-independent file are
+// attached without BPF cookies and without a pid: the probed address the
+// program then keys its lookup by depends on where each process loaded the
+// file.
+var ErrNeedPID = procmaps.ErrNeedPID
 
 // resolveUSDT returns the sites of the USDT probes that p selects in the
 // file at path. Each site's spec is decoded now, when the host can use it,
@@ -149,7 +144,7 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 	if !haveCookies && st.ips == nil {
 		return nil, nil, fmt.Errorf("kernel without BPF cookies: USDT probes need the program's %s map (Options.USDTIPs)", usdt.IPMapName)
 	}
-	biases := map[string]addrMapper{}
+	var byPath map[string][]int // sites to look up by address, per file
 	for i, s := range sites {
 		if s.USDT == nil {
 			continue
@@ -160,24 +155,28 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 		}
 		st.ids = append(st.ids, id)
 		cookies[i] = usdt.PackCookie(id, uint32(s.Cookie))
-		if haveCookies {
-			continue
-		}
-		m, ok := biases[s.Path]
-		if !ok {
-			if m, err = newAddrMapper(s.Path, opts.PID); err != nil {
-				return nil, nil, err
+		if !haveCookies {
+			if byPath == nil {
+				byPath = map[string][]int{}
 			}
-			biases[s.Path] = m
+			byPath[s.Path] = append(byPath[s.Path], i)
 		}
-		addr, err := m.runtimeAddr(s.Site)
+	}
+	for path, idx := range byPath {
+		offs := make([]uint64, len(idx))
+		for j, i := range idx {
+			offs[j] = sites[i].Offset
+		}
+		addrs, err := procmaps.RuntimeAddrs(path, offs, opts.PID)
 		if err != nil {
 			return nil, nil, err
 		}
-		if err := st.ips.Put(addr, cookies[i]); err != nil {
-			return nil, nil, fmt.Errorf("%s: writing %s: %w", s.Name, usdt.IPMapName, err)
+		for j, i := range idx {
+			if err := st.ips.Put(addrs[j], cookies[i]); err != nil {
+				return nil, nil, fmt.Errorf("%s: writing %s: %w", sites[i].Name, usdt.IPMapName, err)
+			}
+			st.keys = append(st.keys, addrs[j])
 		}
-		st.keys = append(st.keys, addr)
 	}
 	return cookies, st, nil
 }
@@ -196,87 +195,4 @@ func (st *usdtState) release() {
 	}
 	releaseSpecTable(st.specs, st.table)
 	st.ids, st.keys = nil, nil
-}
-
-// addrMapper turns a site into the address a process sees it at: the
-// link-time address in a fixed-position executable, else the address of
-// the file's mapping in the process pid.
-type addrMapper struct {
-	path  string
-	fixed bool
-	maps  []mapping
-}
-
-type mapping struct {
-	start, end, pgoff uint64
-}
-
-func newAddrMapper(path string, pid int) (addrMapper, error) {
-	ef, err := elf.Open(path)
-	if err != nil {
-		return addrMapper{}, err
-	}
-	typ := ef.Type
-	ef.Close()
-	m := addrMapper{path: path, fixed: typ == elf.ET_EXEC}
-	if m.fixed {
-		return m, nil
-	}
-	if pid == 0 {
-		return addrMapper{}, fmt.Errorf("%s: %w (Options.PID)", path, ErrNeedPID)
-	}
-	m.maps, err = fileMappings(pid, path)
-	if err != nil {
-		return addrMapper{}, err
-	}
-	return m, nil
-}
-
-func (m addrMapper) runtimeAddr(s elfsym.Site) (uint64, error) {
-	if m.fixed {
-		return s.Address, nil
-	}
-	for _, mp := range m.maps {
-		if s.Offset >= mp.pgoff && s.Offset-mp.pgoff < mp.end-mp.start {
-			return mp.start + s.Offset - mp.pgoff, nil
-		}
-	}
-	return 0, fmt.Errorf("%s: %s at offset %#x is not mapped executable in the process: %w", m.path, s.Name, s.Offset, ErrNeedPID)
-}
-
-// fileMappings returns the executable mappings of path in process pid,
-// matched by device and inode so that /proc/PID/root paths and symlinks
-// agree.
-func fileMappings(pid int, path string) ([]mapping, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	ino := st.Sys().(*syscall.Stat_t).Ino
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/maps")
-	if err != nil {
-		return nil, fmt.Errorf("process %d: %w", pid, err)
-	}
-	defer f.Close()
-	var out []mapping
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || !strings.Contains(fields[1], "x") {
-			continue
-		}
-		if n, _ := strconv.ParseUint(fields[4], 10, 64); n != ino {
-			continue
-		}
-		if filepath.Base(fields[5]) != filepath.Base(path) {
-			continue
-		}
-		var m mapping
-		lo, hi, _ := strings.Cut(fields[0], "-")
-		m.start, _ = strconv.ParseUint(lo, 16, 64)
-		m.end, _ = strconv.ParseUint(hi, 16, 64)
-		m.pgoff, _ = strconv.ParseUint(fields[2], 16, 64)
-		out = append(out, m)
-	}
-	return out, sc.Err()
 }

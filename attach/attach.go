@@ -159,7 +159,7 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 		return nil, fmt.Errorf("attach: pid %d on kernel %s: %w; filter by pid inside the BPF program instead", opts.PID, f.Release, ErrPIDFilterUnsupported)
 	}
 
-	ts, err := prepareTargets(targets)
+	ts, err := PrepareTargets(targets)
 	if err != nil {
 		return nil, err
 	}
@@ -199,10 +199,11 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 	return l, nil
 }
 
-// prepareTargets checks targets and returns copies with cookies filled in.
-// The copies live on the heap, which the kernel reads through raw
-// addresses.
-func prepareTargets(targets []Target) ([]Target, error) {
+// PrepareTargets checks targets as every attach path needs them and
+// returns copies with the default cookies filled in. UprobeMulti calls it,
+// and so does the per-site fallback, so that both paths accept the same
+// targets and give the same cookies.
+func PrepareTargets(targets []Target) ([]Target, error) {
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("attach: no targets: %w", ErrInvalidTarget)
 	}
@@ -242,15 +243,20 @@ func prepareTargets(targets []Target) ([]Target, error) {
 		}
 		size := uint64(st.Size())
 		for j, off := range t.Offsets {
+			if off == 0 {
+				// Offset 0 is the ELF header, never code: an undefined
+				// symbol's value taken for an offset.
+				return nil, fmt.Errorf("attach: %s: site %s: offset 0 is the ELF header, not code: %w", t.Path, SiteName(&t, j), ErrInvalidTarget)
+			}
 			if off >= size {
 				return nil, fmt.Errorf("attach: %s: site %s: offset %#x is past the end of the file (%d bytes); offsets are file offsets, not addresses: %w",
-					t.Path, siteName(&t, j), off, size, ErrInvalidTarget)
+					t.Path, SiteName(&t, j), off, size, ErrInvalidTarget)
 			}
 		}
 		for j, rc := range t.RefCtrOffsets {
 			if rc%2 != 0 {
 				return nil, fmt.Errorf("attach: %s: site %s: ref-counter offset %#x is odd (the kernel needs 2-byte alignment): %w",
-					t.Path, siteName(&t, j), rc, ErrInvalidTarget)
+					t.Path, SiteName(&t, j), rc, ErrInvalidTarget)
 			}
 		}
 
@@ -281,7 +287,9 @@ func targetOf(i, n int) string {
 	return fmt.Sprintf("target %d of %d, ", i+1, n)
 }
 
-func siteName(t *Target, j int) string {
+// SiteName names site j of t in messages: its name if it has one, its
+// index and offset.
+func SiteName(t *Target, j int) string {
 	if j < len(t.Names) && t.Names[j] != "" {
 		return fmt.Sprintf("%s (#%d, offset %#x)", t.Names[j], j, t.Offsets[j])
 	}
@@ -320,7 +328,7 @@ func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
 // explain turns the kernel's errno for a failed link into an error that
 // names the binary and says what to do.
 func explain(errno unix.Errno, kind string, t *Target, which string, first, end, pid int) error {
-	where := fmt.Sprintf("attach: %s link for %s (%ssites %s to %s)", kind, t.Path, which, siteName(t, first), siteName(t, end-1))
+	where := fmt.Sprintf("attach: %s link for %s (%ssites %s to %s)", kind, t.Path, which, SiteName(t, first), SiteName(t, end-1))
 	if first == 0 && end == len(t.Offsets) {
 		where = fmt.Sprintf("attach: %s link for %s (%s%d sites)", kind, t.Path, which, end)
 	}

@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-
 // setup builds a private target with n functions, loads the counter
 // programs for the uprobe_multi path and returns them with the functions'
 // offsets.

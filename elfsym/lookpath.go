@@ -1,7 +1,6 @@
 package elfsym
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
@@ -13,6 +12,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+
+	"github.com/multiprobe/multiprobe/internal/procmaps"
 )
 
 // LookPath finds the file a probe target names. A name with a '/' is a path
@@ -193,33 +194,26 @@ type Mapping struct {
 // ExecutableMappings lists the files that process pid has mapped
 // executable, in the order of /proc/PID/maps, each once.
 func ExecutableMappings(pid int) ([]Mapping, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/maps")
+	maps, err := procmaps.Read(pid)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("process %d: %w (it does not exist or has exited)", pid, err)
+			return nil, fmt.Errorf("%w (it does not exist or has exited)", err)
 		}
-		return nil, fmt.Errorf("process %d: %w", pid, err)
+		return nil, err
 	}
-	defer f.Close()
-	return parseMaps(bufio.NewScanner(f), pid)
+	return executableFiles(maps, pid), nil
 }
 
-func parseMaps(sc *bufio.Scanner, pid int) ([]Mapping, error) {
+func executableFiles(maps []procmaps.Mapping, pid int) []Mapping {
 	root := "/proc/" + strconv.Itoa(pid) + "/root"
 	seen := map[string]bool{}
 	var out []Mapping
-	for sc.Scan() {
-		// address perms offset dev inode path
-		fields := strings.SplitN(sc.Text(), " ", 6)
-		if len(fields) < 6 || len(fields[1]) < 3 || fields[1][2] != 'x' {
-			continue
-		}
-		path := strings.TrimLeft(fields[5], " ")
-		if !strings.HasPrefix(path, "/") {
+	for _, pm := range maps {
+		if !pm.Exec || !strings.HasPrefix(pm.Path, "/") {
 			continue // [vdso], anonymous and the like
 		}
-		m := Mapping{Path: path}
-		if p, ok := strings.CutSuffix(path, " (deleted)"); ok {
+		m := Mapping{Path: pm.Path}
+		if p, ok := strings.CutSuffix(pm.Path, " (deleted)"); ok {
 			m.Path, m.Deleted = p, true
 		}
 		if seen[m.Path] {
@@ -229,8 +223,5 @@ func parseMaps(sc *bufio.Scanner, pid int) ([]Mapping, error) {
 		m.HostPath = root + m.Path
 		out = append(out, m)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("process %d: reading maps: %w", pid, err)
-	}
-	return out, nil
+	return out
 }

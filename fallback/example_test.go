@@ -1,0 +1,46 @@
+package fallback_test
+
+import (
+	"fmt"
+	"log"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/fallback"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+// Attach a program to two functions of a binary, one perf-event uprobe
+// each, on a kernel without uprobe_multi or BPF cookies. The object
+// includes bpf/cookie.bpf.h and reads its cookie with mp_cookie(ctx).
+func ExampleUprobes() {
+	features, err := kernelprobe.Detect()
+	if err != nil {
+		log.Fatal(err)
+	}
+	spec, err := ebpf.LoadCollectionSpec("probe.bpf.o")
+	if err != nil {
+		log.Fatal(err)
+	}
+	kernelprobe.PrepareCollectionSpec(spec, kernelprobe.PathPerfEvent)
+	err = fallback.ConfigureCollection(spec, fallback.CollectionOptions{NoCookie: !features.Cookies})
+	if err != nil {
+		log.Fatal(err)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer coll.Close()
+
+	l, err := fallback.Uprobes(coll.Programs["on_call"], []attach.Target{{
+		Path:    "/usr/bin/app", // non-PIE; a PIE needs Options.PID without cookies
+		Offsets: []uint64{0x1139, 0x1150},
+		Cookies: []uint64{1, 2},
+	}}, &fallback.Options{Features: &features, CookieMap: coll.Maps[fallback.CookieMapName]})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	fmt.Println(l.Sites(), "sites,", l.FDs(), "file descriptors")
+}

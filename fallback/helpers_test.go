@@ -1,0 +1,231 @@
+package fallback
+
+import (
+	"bufio"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/pidfilter"
+)
+
+var (
+	semaOnce  sync.Once
+	semaDir   string
+	semaBins  map[string]string // "pie", "nopie" -> path
+	semaError error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if semaDir != "" {
+		os.RemoveAll(semaDir)
+	}
+	os.Exit(code)
+}
+
+// buildSema compiles testdata/sema.c as a PIE and as a non-PIE executable,
+// once per test binary, into a directory of its own.
+func buildSema(t testing.TB, kind string) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	testutil.RequireTool(t, "gcc", err)
+	semaOnce.Do(func() {
+		semaDir, semaError = os.MkdirTemp("", "fallback-test-")
+		if semaError != nil {
+			return
+		}
+		semaBins = map[string]string{}
+		for k, flags := range map[string][]string{"pie": {"-fPIE", "-pie"}, "nopie": {"-fno-PIE", "-no-pie"}} {
+			out := filepath.Join(semaDir, "sema-"+k)
+			args := append([]string{"-O1", "-o", out}, flags...)
+			if b, err := exec.Command(gcc, append(args, "testdata/sema.c")...).CombinedOutput(); err != nil {
+				semaError = fmt.Errorf("gcc %v: %w\n%s", args, err, b)
+				return
+			}
+			semaBins[k] = out
+		}
+	})
+	if semaError != nil {
+		t.Fatal(semaError)
+	}
+	return semaBins[kind]
+}
+
+// symOffset returns the file offset of symbol name in the ELF file at path.
+func symOffset(t testing.TB, path, name string) uint64 {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if s.Name != name || s.Section == elf.SHN_UNDEF {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value-p.Vaddr < p.Filesz {
+				return s.Value - p.Vaddr + p.Off
+			}
+		}
+	}
+	t.Fatalf("%s: no symbol %s in a PT_LOAD segment", path, name)
+	return 0
+}
+
+// semaProc is a running testdata/sema.c.
+type semaProc struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+}
+
+func startSema(t *testing.T, path string) *semaProc {
+	t.Helper()
+	cmd := exec.Command(path)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &semaProc{cmd, in, bufio.NewReader(stdout)}
+	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	if line := p.read(t); line != "ready" {
+		t.Fatalf("sema printed %q first", line)
+	}
+	return p
+}
+
+func (p *semaProc) read(t *testing.T) string {
+	t.Helper()
+	line, err := p.out.ReadString('\n')
+	if err != nil {
+		t.Fatalf("sema: %v", err)
+	}
+	return strings.TrimSuffix(line, "\n")
+}
+
+func (p *semaProc) do(t *testing.T, cmd string) string {
+	t.Helper()
+	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
+		t.Fatal(err)
+	}
+	return p.read(t)
+}
+
+// semaFuncs returns the offsets of fn0, fn1, fn2: fn i is called n+i times
+// by "c n".
+func semaFuncs(t testing.TB, path string) []uint64 {
+	return []uint64{symOffset(t, path, "fn0"), symOffset(t, path, "fn1"), symOffset(t, path, "fn2")}
+}
+
+// cookieCounter is testdata/cookiecount.c, loaded for the perf-event path.
+type cookieCounter struct {
+	coll   *ebpf.Collection
+	prog   *ebpf.Program
+	counts *ebpf.Map
+	misses *ebpf.Map
+	cookie *ebpf.Map
+	filter *pidfilter.Filter // with withFilter only
+}
+
+func loadCookieCounter(t testing.TB, noCookie, withFilter bool) *cookieCounter {
+	t.Helper()
+	spec, err := loadCookiecount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernelprobe.PrepareCollectionSpec(spec, kernelprobe.PathPerfEvent)
+	if err := ConfigureCollection(spec, CollectionOptions{NoCookie: noCookie, MaxSites: 64}); err != nil {
+		t.Fatal(err)
+	}
+	if withFilter {
+		if err := pidfilter.Inject(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("%+v", ve)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { coll.Close() })
+	c := &cookieCounter{coll: coll, prog: coll.Programs["count_cookie"], counts: coll.Maps["cookie_counts"],
+		misses: coll.Maps["cookie_misses"], cookie: coll.Maps[CookieMapName]}
+	if withFilter {
+		if c.filter, err = pidfilter.FromCollection(coll); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (c *cookieCounter) count(t testing.TB, cookie uint32) uint64 {
+	t.Helper()
+	var n uint64
+	if err := c.counts.Lookup(cookie, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (c *cookieCounter) missed(t testing.TB) uint64 {
+	t.Helper()
+	var n uint64
+	if err := c.misses.Lookup(uint32(0), &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mapLen(t testing.TB, m *ebpf.Map) int {
+	t.Helper()
+	var (
+		k, v uint64
+		n    int
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func features(t testing.TB, edit func(*kernelprobe.Features)) *kernelprobe.Features {
+	t.Helper()
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(&f)
+	}
+	return &f
+}

@@ -1,0 +1,283 @@
+package pidfilter_test
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/fallback"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/pidfilter"
+	"github.com/multiprobe/multiprobe/testprogs"
+)
+
+var (
+	threadsOnce sync.Once
+	threadsDir  string
+	threadsBin  string
+	threadsErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if threadsDir != "" {
+		os.RemoveAll(threadsDir)
+	}
+	os.Exit(code)
+}
+
+// buildThreads compiles testdata/threads.c once per test binary into a
+// private directory: uprobes belong to the file, so no other test may run
+// it.
+func buildThreads(t testing.TB) string {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	testutil.RequireTool(t, "gcc", err)
+	threadsOnce.Do(func() {
+		threadsDir, threadsErr = os.MkdirTemp("", "pidfilter-test-")
+		if threadsErr != nil {
+			return
+		}
+		threadsBin = filepath.Join(threadsDir, "threads")
+		out, err := exec.Command(gcc, "-O1", "-pthread", "-o", threadsBin, "testdata/threads.c").CombinedOutput()
+		if err != nil {
+			threadsErr = fmt.Errorf("gcc: %w\n%s", err, out)
+		}
+	})
+	if threadsErr != nil {
+		t.Fatal(threadsErr)
+	}
+	return threadsBin
+}
+
+// waiting is a target process stopped before its calls.
+type waiting struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+func startWaiting(t testing.TB, bin string, threads, calls int) *waiting {
+	t.Helper()
+	cmd := exec.Command(bin, "-wait", fmt.Sprint(threads), fmt.Sprint(calls))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &waiting{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := w.out.ReadString('\n'); line != "ready\n" {
+		t.Fatalf("%s: first line %q, %v", bin, line, err)
+	}
+	return w
+}
+
+func (w *waiting) pid() int { return w.cmd.Process.Pid }
+
+// run lets the process make its calls and waits for it to exit.
+func (w *waiting) run(t testing.TB) {
+	t.Helper()
+	w.stdin.Write([]byte("go\n"))
+	w.stdin.Close()
+	rest, _ := io.ReadAll(w.out)
+	if err := w.cmd.Wait(); err != nil || string(rest) != "done\n" {
+		t.Fatalf("target: %v, printed %q", err, rest)
+	}
+}
+
+// loadFilteredColl loads testdata/filtered.c for path p with the pid filter
+// injected into its entry program, and wires the tail call.
+func loadFilteredColl(t testing.TB, p kernelprobe.Path, inject bool) (*ebpf.Collection, *pidfilter.Filter) {
+	t.Helper()
+	spec, err := loadFiltered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernelprobe.PrepareCollectionSpec(spec, p)
+	if inject {
+		if err := pidfilter.Inject(spec, "filtered_entry"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			t.Fatalf("%+v", ve)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { coll.Close() })
+	if err := coll.Maps["jump"].Put(uint32(0), coll.Programs["tail_target"]); err != nil {
+		t.Fatal(err)
+	}
+	if !inject {
+		return coll, nil
+	}
+	f, err := pidfilter.FromCollection(coll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return coll, f
+}
+
+func attachPath(t testing.TB, p kernelprobe.Path, prog *ebpf.Program, target attach.Target, pid int) io.Closer {
+	t.Helper()
+	var (
+		l   io.Closer
+		err error
+	)
+	switch p {
+	case kernelprobe.PathUprobeMulti:
+		// No kernel pid filter: the injected one does the work, as on
+		// 6.6–6.9 or for several pids.
+		l, err = attach.UprobeMulti(prog, []attach.Target{target}, nil)
+	case kernelprobe.PathPerfEvent:
+		l, err = fallback.Uprobes(prog, []attach.Target{target}, &fallback.Options{PID: pid})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func readHash(t *testing.T, m *ebpf.Map) map[uint32]uint64 {
+	t.Helper()
+	out := map[uint32]uint64{}
+	var (
+		k uint32
+		v uint64
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestFilterThreads runs a multi-threaded target twice with the filter on
+// one of them, on both attach paths, then changes the set while attached.
+func TestFilterThreads(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := buildThreads(t)
+	offs, err := testprogs.SymbolOffsets(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := attach.Target{Path: bin, Offsets: []uint64{offs["mt_func"]}, Cookies: []uint64{0}}
+	feat, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const threads, calls = 4, 50
+
+	for _, p := range []kernelprobe.Path{kernelprobe.PathUprobeMulti, kernelprobe.PathPerfEvent} {
+		t.Run(p.String(), func(t *testing.T) {
+			if p == kernelprobe.PathUprobeMulti && !feat.UprobeMulti {
+				testutil.Unavailable(t, "kernel %s has no uprobe_multi", feat.Release)
+			}
+			coll, f := loadFilteredColl(t, p, true)
+			prog := coll.Programs["filtered_entry"]
+			snap := testutil.TakeSnapshot(t, prog)
+
+			a := startWaiting(t, bin, threads, calls)
+			b := startWaiting(t, bin, threads, calls)
+			if err := f.Add(a.pid()); err != nil {
+				t.Fatal(err)
+			}
+			l := attachPath(t, p, prog, target, a.pid())
+			a.run(t)
+			b.run(t)
+
+			pids := readHash(t, coll.Maps["pid_counts"])
+			if pids[uint32(a.pid())] != threads*calls || len(pids) != 1 {
+				t.Errorf("pid counts %v, want only %d: %d", pids, a.pid(), threads*calls)
+			}
+			tids := readHash(t, coll.Maps["tid_counts"])
+			if len(tids) != threads {
+				t.Errorf("%d threads counted (%v), want %d", len(tids), tids, threads)
+			}
+			for tid, n := range tids {
+				if n != calls {
+					t.Errorf("thread %d: %d calls counted, want %d", tid, n, calls)
+				}
+			}
+			stages, err := testprogs.ReadArray(coll.Maps["stages"], 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, n := range stages {
+				if n != threads*calls {
+					t.Errorf("stage %d (entry, static call, global call, tail call) ran %d times, want %d", i, n, threads*calls)
+				}
+			}
+
+			// Change the set while attached.
+			c := startWaiting(t, bin, threads, calls)
+			d := startWaiting(t, bin, threads, calls)
+			if err := f.Set(d.pid()); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := f.PIDs(); err != nil || len(got) != 1 || got[0] != d.pid() {
+				t.Errorf("PIDs() = %v, %v; want [%d]", got, err, d.pid())
+			}
+			c.run(t)
+			d.run(t)
+			pids = readHash(t, coll.Maps["pid_counts"])
+			if pids[uint32(d.pid())] != threads*calls || pids[uint32(a.pid())] != threads*calls || len(pids) != 2 {
+				t.Errorf("after Set(%d): pid counts %v, want %d and %d with %d each", d.pid(), pids, a.pid(), d.pid(), threads*calls)
+			}
+
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			snap.Check(t, "after Close")
+		})
+	}
+}
+
+// TestWithoutFilter is the control: the same program without the filter
+// counts both processes, so TestFilterThreads's checks can fail.
+func TestWithoutFilter(t *testing.T) {
+	testutil.RequireBPF(t)
+	bin := buildThreads(t)
+	offs, err := testprogs.SymbolOffsets(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feat, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := feat.Path()
+	coll, _ := loadFilteredColl(t, p, false)
+	a := startWaiting(t, bin, 2, 10)
+	b := startWaiting(t, bin, 2, 10)
+	l := attachPath(t, p, coll.Programs["filtered_entry"], attach.Target{Path: bin, Offsets: []uint64{offs["mt_func"]}}, 0)
+	defer l.Close()
+	a.run(t)
+	b.run(t)
+	pids := readHash(t, coll.Maps["pid_counts"])
+	if pids[uint32(a.pid())] != 20 || pids[uint32(b.pid())] != 20 {
+		t.Errorf("pid counts %v, want %d and %d with 20 each", pids, a.pid(), b.pid())
+	}
+}

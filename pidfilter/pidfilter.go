@@ -1,0 +1,193 @@
+package pidfilter
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+)
+
+// MapName is the name of the pid set map: a BPF hash from a process id (the
+// tgid, u32) to a u8 that is always 1.
+const MapName = "mp_pids"
+
+// DefaultMaxPIDs is the capacity of the pid set map that Inject adds. Change
+// cs.Maps[MapName].MaxEntries after Inject for another one.
+const DefaultMaxPIDs = 1024
+
+var (
+	// ErrNoProgram: Inject was asked for a program the spec does not have,
+	// or one that cannot take the filter.
+	ErrNoProgram = errors.New("no such program to filter")
+	// ErrBadMap: the spec or the collection already has a map named MapName,
+	// but not the hash of u32 to u8 the filter needs.
+	ErrBadMap = errors.New("map " + MapName + " is not a hash of u32 pid to u8")
+)
+
+// MapSpec returns the spec of the pid set map with room for maxPIDs pids.
+func MapSpec(maxPIDs uint32) *ebpf.MapSpec {
+	return &ebpf.MapSpec{
+		Name:       MapName,
+		Type:       ebpf.Hash,
+		KeySize:    4,
+		ValueSize:  1,
+		MaxEntries: maxPIDs,
+	}
+}
+
+// prologueLen is the number of instructions Inject prepends.
+const prologueLen = 11
+
+// stackSlot is where the prologue stores the pid as the lookup key. It is
+// below the frame pointer like every stack slot; the program overwrites it
+// freely afterwards.
+const stackSlot = -4
+
+// prologue returns the instructions that end the program with 0 unless the
+// current process is in the map, and otherwise leave r1 = ctx as the
+// program expects it. r6 is callee-saved, so it survives the helper calls;
+// the program's own code starts with only r1 and r10 defined, so using r6
+// here takes nothing from it.
+func prologue() asm.Instructions {
+	pass := asm.JNE.Imm(asm.R0, 0, "")
+	pass.Offset = 2 // over "r0 = 0; exit"
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.FnGetCurrentPidTgid.Call(),
+		asm.RSh.Imm(asm.R0, 32), // the tgid: what user space calls the pid
+		asm.StoreMem(asm.RFP, stackSlot, asm.R0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackSlot),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(MapName),
+		asm.FnMapLookupElem.Call(),
+		pass,
+		asm.Mov.Imm(asm.R0, 0),
+		asm.Return(),
+		// then: r1 = r6, the first instruction of the program proper
+	}
+}
+
+// Inject prepends a pid filter to the named programs of cs, or to every
+// kprobe-type program (uprobes included) if no name is given, and adds the
+// pid set map (MapName, DefaultMaxPIDs entries) to cs unless it already has
+// a fitting one. A filtered program returns 0 at once for every process
+// whose pid (tgid) is not in the set, and otherwise runs unchanged: the
+// context register is restored and the program's BTF function and line
+// information move with its entry point, so bpf-to-bpf calls, global
+// functions and tail calls verify as before. Programs reached only by
+// tail calls need no filter: their caller already passed it.
+//
+// The set starts empty, so a filtered program does nothing until pids are
+// added; see [Filter]. Inject is idempotent: a program already filtered is
+// left alone.
+func Inject(cs *ebpf.CollectionSpec, programs ...string) error {
+	if cs == nil {
+		return fmt.Errorf("pidfilter: nil collection spec: %w", ErrNoProgram)
+	}
+	if m, ok := cs.Maps[MapName]; ok {
+		if !fits(m.Type, m.KeySize, m.ValueSize) {
+			return fmt.Errorf("pidfilter: collection's map %s is %v with key/value size %d/%d: %w", MapName, m.Type, m.KeySize, m.ValueSize, ErrBadMap)
+		}
+	}
+	var specs []*ebpf.ProgramSpec
+	if len(programs) == 0 {
+		for _, name := range sortedKeys(cs.Programs) {
+			if p := cs.Programs[name]; p.Type == ebpf.Kprobe {
+				specs = append(specs, p)
+			}
+		}
+		if len(specs) == 0 {
+			return fmt.Errorf("pidfilter: collection has no kprobe or uprobe programs: %w", ErrNoProgram)
+		}
+	}
+	for _, name := range programs {
+		p, ok := cs.Programs[name]
+		if !ok {
+			return fmt.Errorf("pidfilter: collection has no program %q (it has %v): %w", name, sortedKeys(cs.Programs), ErrNoProgram)
+		}
+		specs = append(specs, p)
+	}
+	for _, p := range specs {
+		if err := InjectProgram(p); err != nil {
+			return err
+		}
+	}
+	if _, ok := cs.Maps[MapName]; !ok {
+		cs.Maps[MapName] = MapSpec(DefaultMaxPIDs)
+	}
+	return nil
+}
+
+// InjectProgram prepends the pid filter to one program spec. The filter
+// refers to its map by the name MapName: load the program as part of a
+// collection that has that map (see MapSpec), or point it at a loaded map
+// with p.Instructions.AssociateMap(MapName, m) before ebpf.NewProgram.
+func InjectProgram(p *ebpf.ProgramSpec) error {
+	if p == nil || len(p.Instructions) == 0 {
+		return fmt.Errorf("pidfilter: empty program: %w", ErrNoProgram)
+	}
+	switch p.Type {
+	case ebpf.Kprobe, ebpf.TracePoint, ebpf.PerfEvent, ebpf.RawTracepoint, ebpf.Tracing:
+		// bpf_get_current_pid_tgid is available to these.
+	default:
+		return fmt.Errorf("pidfilter: program %s has type %v, which runs outside any process context; filter tracing programs only: %w", p.Name, p.Type, ErrNoProgram)
+	}
+	if injected(p.Instructions) {
+		return nil
+	}
+	pro := prologue()
+	first := p.Instructions[0]
+
+	// The entry's symbol (what bpf-to-bpf calls and the kernel's func info
+	// name) and BTF func info must mark the new first instruction; its line
+	// info is copied, because the kernel wants line info at the start of
+	// every function.
+	pro[0] = pro[0].WithSymbol(first.Symbol())
+	if fn := btf.FuncMetadata(&first); fn != nil {
+		pro[0] = btf.WithFuncMetadata(pro[0], fn)
+		first = btf.WithFuncMetadata(first, nil)
+	}
+	if src := first.Source(); src != nil {
+		pro[0] = pro[0].WithSource(src)
+	}
+	first = first.WithSymbol("")
+
+	insns := make(asm.Instructions, 0, len(pro)+1+len(p.Instructions))
+	insns = append(insns, pro...)
+	insns = append(insns, asm.Mov.Reg(asm.R1, asm.R6))
+	insns = append(insns, first)
+	insns = append(insns, p.Instructions[1:]...)
+	p.Instructions = insns
+	return nil
+}
+
+// injected reports whether insns start with the prologue.
+func injected(insns asm.Instructions) bool {
+	if len(insns) <= prologueLen {
+		return false
+	}
+	want := prologue()
+	for i, ins := range want {
+		got := insns[i]
+		if got.OpCode != ins.OpCode || got.Dst != ins.Dst || got.Src != ins.Src || got.Reference() != ins.Reference() {
+			return false
+		}
+	}
+	return true
+}
+
+func fits(t ebpf.MapType, key, value uint32) bool {
+	return (t == ebpf.Hash || t == ebpf.LRUHash) && key == 4 && value >= 1
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
