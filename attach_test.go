@@ -24,20 +24,69 @@ import (
 	"github.com/multiprobe/multiprobe/testprogs"
 )
 
-// setup loads the counter programs for the path the kernel supports.
-func setup(t *testing.T) (*testprogs.Counter, kernelprobe.Features) {
+// paths returns the attach paths to test on this kernel: its own, checked
+// against the path the run expects (MULTIPROBE_EXPECT_PATH), and, where
+// that is uprobe_multi, the per-site fallback forced.
+func paths(t *testing.T) []kernelprobe.Features {
 	t.Helper()
 	testutil.RequireBPF(t)
-	f, err := kernelprobe.Detect()
+	native, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := testprogs.LoadCounter(f.Path())
+	testutil.ExpectPath(t, native.Path().String())
+	out := []kernelprobe.Features{native}
+	if native.Path() == kernelprobe.PathUprobeMulti {
+		forced := native
+		forced.UprobeMulti, forced.UprobeMultiPIDFilter, forced.UprobeSession = false, false, false
+		out = append(out, forced)
+	}
+	return out
+}
+
+// forEachPath runs fn as a subtest on every path paths returns.
+func forEachPath(t *testing.T, fn func(t *testing.T, f kernelprobe.Features)) {
+	for _, f := range paths(t) {
+		t.Run(f.Path().String(), func(t *testing.T) { fn(t, f) })
+	}
+}
+
+// setup loads the counter programs, prepared (multiprobe.Prepare) for the
+// path of f and for opts, and sets opts.Features and opts.Maps.
+func setup(t *testing.T, f kernelprobe.Features, opts *multiprobe.Options) *testprogs.Counter {
+	t.Helper()
+	spec, err := testprogs.CounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Features = &f
+	if err := multiprobe.Prepare(spec, opts); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.NewCounter(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c, f
+	opts.Maps = c.Maps
+	return c
+}
+
+// checkPath fails t if l did not take the path of f.
+func checkPath(t *testing.T, l *multiprobe.Link, f kernelprobe.Features) {
+	t.Helper()
+	if l.Path() != f.Path() {
+		t.Errorf("attached through %v, want %v", l.Path(), f.Path())
+	}
+}
+
+// sitesFor is how many functions a test attaches to on path f: closing a
+// per-site perf-event uprobe costs ~0.1 s in the kernel.
+func sitesFor(f kernelprobe.Features, multi, perSite int) int {
+	if f.Path() == kernelprobe.PathUprobeMulti {
+		return multi
+	}
+	return perSite
 }
 
 func mustParse(t *testing.T, specs ...string) []multiprobe.Probe {
@@ -67,94 +116,105 @@ func runTarget(t *testing.T, path string, calls int) {
 	}
 }
 
-// TestTenThousandSites attaches one program to 10,000 functions selected by
-// one glob, through one link, and checks every site's count and return
-// value as the BPF side recorded them.
-func TestTenThousandSites(t *testing.T) {
-	const n, calls = 10_000, 2
-	c, _ := setup(t)
-	target := testprogs.PrivateTarget(t, n)
-	before := testutil.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
+// TestManySites attaches one program to 10,000 functions selected by one
+// glob, through one link (100 functions, one uprobe each, on the per-site
+// path), and checks every site's count and return value as the BPF side
+// recorded them.
+func TestManySites(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		n, calls := sitesFor(f, 10_000, 100), 2
+		opts := &multiprobe.Options{}
+		c := setup(t, f, opts)
+		target := testprogs.PrivateTarget(t, n)
+		before := testutil.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
 
-	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rl, err := multiprobe.Attach(c.RecordReturn, mustParse(t, "uretprobe:"+target+":func_*"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sites := l.Sites()
-	if len(sites) != n {
-		t.Fatalf("%d sites, want %d", len(sites), n)
-	}
-	if fds := len(l.Links()); l.Path() == kernelprobe.PathUprobeMulti && (fds != 1 || l.Links()[0].FDs() != 1) {
-		t.Errorf("%d links for one binary, want one link with one fd", fds)
-	}
-	runTarget(t, target, calls)
-
-	counts, err := testprogs.ReadArray(c.Counts, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rets, err := testprogs.ReadArray(c.RetValues, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	retCounts, err := testprogs.ReadArray(c.RetCounts, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	retSites := rl.Sites()
-	bad := 0
-	for cookie, s := range sites {
-		i := funcIndex(t, s.Name)
-		want := uint64(testprogs.ExpectedCalls(i, calls))
-		if counts[cookie] != want && bad < 10 {
-			bad++
-			t.Errorf("site %s (cookie %d): %d calls counted, want %d", s.Name, cookie, counts[cookie], want)
+		l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), opts)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for cookie, s := range retSites {
-		i := funcIndex(t, s.Name)
-		wantN := testprogs.ExpectedCalls(i, calls)
-		wantRet := testprogs.ExpectedReturn(i, uint64(wantN-1))
-		if (retCounts[cookie] != uint64(wantN) || rets[cookie] != wantRet) && bad < 20 {
-			bad++
-			t.Errorf("return of %s (cookie %d): %d returns, last value %d; want %d, %d",
-				s.Name, cookie, retCounts[cookie], rets[cookie], wantN, wantRet)
+		checkPath(t, l, f)
+		rl, err := multiprobe.Attach(c.RecordReturn, mustParse(t, "uretprobe:"+target+":func_*"), opts)
+		if err != nil {
+			l.Close()
+			t.Fatal(err)
 		}
-	}
-	var oor uint64
-	if err := c.OutOfRange.Lookup(uint32(0), &oor); err != nil || oor != 0 {
-		t.Errorf("%d events with a cookie out of range (%v)", oor, err)
-	}
+		sites := l.Sites()
+		if len(sites) != n {
+			t.Fatalf("%d sites, want %d", len(sites), n)
+		}
+		if want := sitesFor(f, 1, 2*n); l.FDs() < 1 || l.FDs() > want {
+			t.Errorf("%d fds for %d sites in one binary, want at most %d", l.FDs(), n, want)
+		}
+		runTarget(t, target, calls)
 
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-	if err := rl.Close(); err != nil {
-		t.Fatal(err)
-	}
-	before.Check(t, "after Close")
+		counts, err := testprogs.ReadArray(c.Counts, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rets, err := testprogs.ReadArray(c.RetValues, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		retCounts, err := testprogs.ReadArray(c.RetCounts, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := 0
+		for cookie, s := range sites {
+			i := funcIndex(t, s.Name)
+			want := uint64(testprogs.ExpectedCalls(i, calls))
+			if counts[cookie] != want && bad < 10 {
+				bad++
+				t.Errorf("site %s (cookie %d): %d calls counted, want %d", s.Name, cookie, counts[cookie], want)
+			}
+		}
+		for cookie, s := range rl.Sites() {
+			i := funcIndex(t, s.Name)
+			wantN := testprogs.ExpectedCalls(i, calls)
+			wantRet := testprogs.ExpectedReturn(i, uint64(wantN-1))
+			if (retCounts[cookie] != uint64(wantN) || rets[cookie] != wantRet) && bad < 20 {
+				bad++
+				t.Errorf("return of %s (cookie %d): %d returns, last value %d; want %d, %d",
+					s.Name, cookie, retCounts[cookie], rets[cookie], wantN, wantRet)
+			}
+		}
+		var oor uint64
+		if err := c.OutOfRange.Lookup(uint32(0), &oor); err != nil || oor != 0 {
+			t.Errorf("%d events with a cookie out of range (%v)", oor, err)
+		}
+
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+		if err := rl.Close(); err != nil {
+			t.Fatal(err)
+		}
+		before.Check(t, "after Close")
+	})
 }
 
 // TestAliasesCountedOnce selects functions by their names and their aliases
 // at once: each must be attached, and counted, once.
 func TestAliasesCountedOnce(t *testing.T) {
+	forEachPath(t, testAliasesCountedOnce)
+}
+
+func testAliasesCountedOnce(t *testing.T, f kernelprobe.Features) {
 	const n, calls = 100, 3
-	c, _ := setup(t)
+	opts := &multiprobe.Options{}
+	c := setup(t, f, opts)
 	target := testprogs.PrivateTarget(t, n)
 	l, err := multiprobe.Attach(c.CountEntry, mustParse(t,
 		"uprobe:"+target+":func_000[0-4]?,alias_000[0-4]?",
-		"uprobe:"+target+":func_0000?"), nil) // overlaps the first probe
+		"uprobe:"+target+":func_0000?"), opts) // overlaps the first probe
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	checkPath(t, l, f)
 	sites := l.Sites()
 	if len(sites) != 50 {
 		t.Fatalf("%d sites, want 50 (func_00000..func_00049; aliases fold in)", len(sites))
@@ -202,21 +262,23 @@ func startWaiting(t *testing.T, path string, calls int) (*exec.Cmd, io.WriteClos
 
 // TestPIDFilter runs two instances of a target and counts only one.
 func TestPIDFilter(t *testing.T) {
+	forEachPath(t, testPIDFilter)
+}
+
+func testPIDFilter(t *testing.T, f kernelprobe.Features) {
 	const n, calls = 50, 4
-	c, f := setup(t)
-	if !f.UprobeMultiPIDFilter && f.Path() == kernelprobe.PathUprobeMulti {
-		t.Skip("kernel's uprobe_multi pid filter misses threads (before 6.10)")
-	}
 	target := testprogs.PrivateTarget(t, n)
 	chosen, chosenIn := startWaiting(t, target, calls)
 	other, otherIn := startWaiting(t, target, calls)
 
-	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"),
-		&multiprobe.Options{PID: chosen.Process.Pid})
+	opts := &multiprobe.Options{PID: chosen.Process.Pid}
+	c := setup(t, f, opts)
+	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	checkPath(t, l, f)
 	for _, in := range []io.WriteCloser{chosenIn, otherIn} {
 		in.Write([]byte("go\n"))
 		in.Close()
@@ -247,7 +309,10 @@ func TestPIDFilter(t *testing.T) {
 // a real command: sh reads a line, then execs sleep, which calls nanosleep
 // once.
 func TestLibrary(t *testing.T) {
-	c, _ := setup(t)
+	forEachPath(t, testLibrary)
+}
+
+func testLibrary(t *testing.T, f kernelprobe.Features) {
 	cmd := exec.Command("/bin/sh", "-c", "read line; exec sleep 0.01")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -257,12 +322,15 @@ func TestLibrary(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:libc.so.6:nanosleep"), &multiprobe.Options{PID: cmd.Process.Pid})
+	opts := &multiprobe.Options{PID: cmd.Process.Pid}
+	c := setup(t, f, opts)
+	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:libc.so.6:nanosleep"), opts)
 	if err != nil {
 		cmd.Process.Kill()
 		t.Fatal(err)
 	}
 	defer l.Close()
+	checkPath(t, l, f)
 	stdin.Write([]byte("go\n"))
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
@@ -284,8 +352,13 @@ func TestLibrary(t *testing.T) {
 // TestNothingLeftOnFailure injects failures after resolution and checks that
 // nothing stays attached and no fd leaks.
 func TestNothingLeftOnFailure(t *testing.T) {
+	forEachPath(t, testNothingLeftOnFailure)
+}
+
+func testNothingLeftOnFailure(t *testing.T, f kernelprobe.Features) {
 	const n = 20
-	c, f := setup(t)
+	opts := &multiprobe.Options{}
+	c := setup(t, f, opts)
 	target := testprogs.PrivateTarget(t, n)
 	sites, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"))
 	if err != nil {
@@ -324,7 +397,7 @@ func TestNothingLeftOnFailure(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := testutil.TakeSnapshot(t, c.CountEntry, wrong.CountEntry)
-			l, err := multiprobe.AttachSites(tt.prog, tt.sites(), &multiprobe.Options{Features: &f})
+			l, err := multiprobe.AttachSites(tt.prog, tt.sites(), opts)
 			if err == nil {
 				l.Close()
 				t.Fatal("attach succeeded")
@@ -347,7 +420,9 @@ func otherPath(p kernelprobe.Path) kernelprobe.Path {
 
 // TestErrors checks that bad input gives errors that say what to fix.
 func TestErrors(t *testing.T) {
-	c, _ := setup(t)
+	f := paths(t)[0]
+	opts := &multiprobe.Options{}
+	c := setup(t, f, opts)
 	notELF := filepath.Join(t.TempDir(), "script")
 	os.WriteFile(notELF, []byte("#!/bin/sh\necho this is not an ELF file\n"), 0o755)
 	target := testprogs.PrivateTarget(t, 5)

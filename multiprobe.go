@@ -9,8 +9,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/fallback"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/pidfilter"
 	"github.com/multiprobe/multiprobe/usdt"
+	"golang.org/x/sys/unix"
 )
 
 // A Site is one function a probe attaches to.
@@ -124,38 +127,44 @@ func Resolve(probes []Probe) ([]Site, error) {
 // Options change how Attach attaches. A nil *Options is the zero value.
 type Options struct {
 	// PID, if not 0, counts only calls made by the process with this pid
-	// (all its threads, not its children).
+	// (all its threads, not its children). The kernel filters where it can
+	// (uprobe_multi, Linux 6.10+); elsewhere the program must carry the
+	// in-BPF filter that Prepare injects.
 	PID int
+	// PIDs, if not empty, counts only calls made by these processes (and
+	// PID, if set), through the in-BPF filter that Prepare injects. The
+	// set can be changed while attached with Link.SetPIDs.
+	PIDs []int
 	// Features, if not nil, replaces kernelprobe.Detect(): tests use it to
 	// force a path.
 	Features *kernelprobe.Features
-	// USDTSpecs is the program's mp_usdt_specs map (bpf/usdt.bpf.h), for
-	// USDT probes whose arguments the program reads: each distinct
-	// argument spec gets an id there while attached. Without it, USDT
-	// sites attach with their plain cookies and no arguments.
-	USDTSpecs *ebpf.Map
-	// USDTIPs is the program's mp_usdt_ips map, needed for USDT probes on
-	// kernels without BPF cookies.
-	USDTIPs *ebpf.Map
+	// Maps are the loaded program's maps by name, as in
+	// ebpf.Collection.Maps. Attach fills those it knows: the pid filter's
+	// (mp_pids), the address-to-cookie map for kernels without BPF cookies
+	// (mp_cookies, bpf/cookie.bpf.h) and the USDT argument specs
+	// (mp_usdt_specs and mp_usdt_ips, bpf/usdt.bpf.h). USDT sites of a
+	// program without mp_usdt_specs attach with plain cookies and no
+	// arguments.
+	Maps map[string]*ebpf.Map
 }
 
 // A Link is a program attached to the sites of a set of probes.
 type Link struct {
-	sites []Site
-	path  kernelprobe.Path
-	links []*attach.Link
-	usdt  *usdtState
+	sites   []Site
+	path    kernelprobe.Path
+	links   []*attach.Link   // uprobe_multi path
+	perSite []*fallback.Link // perf-event path
+	usdt    *usdtState
+	filter  *pidfilter.Filter // nil when the kernel filters, or no one does
+	pids    []int             // what l put into filter
 }
 
 // Attach resolves probes and attaches prog to every site they select, all or
 // nothing: on error, nothing stays attached. prog must be a kprobe-type
-// program loaded for the path the kernel supports (see
-// kernelprobe.PrepareProgramSpec). Each site's cookie is its index in
-// Link.Sites.
+// program whose spec went through Prepare (or
+// kernelprobe.PrepareCollectionSpec, without pid filtering) before it was
+// loaded. Each site's cookie is its index in Link.Sites.
 func Attach(prog *ebpf.Program, probes []Probe, opts *Options) (*Link, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
 	sites, err := Resolve(probes)
 	if err != nil {
 		return nil, err
@@ -167,6 +176,10 @@ func Attach(prog *ebpf.Program, probes []Probe, opts *Options) (*Link, error) {
 // caller can size its maps to the sites before loading prog. Each site's
 // cookie is its Cookie field. The Link keeps sites: do not modify them
 // afterwards.
+//
+// On kernels with uprobe_multi (Linux 6.6+) each binary gets one link per
+// kind of probe; on older ones, or when Features say so, every site gets
+// its own perf-event uprobe (package fallback), with the same cookies.
 func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -182,29 +195,51 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 		}
 		features = &f
 	}
-	l := &Link{sites: sites, path: features.Path()}
-	if l.path != kernelprobe.PathUprobeMulti {
-		return nil, fmt.Errorf("%s: %w (the per-site fallback is not built yet)", features, attach.ErrUprobeMultiUnsupported)
+	for _, pid := range append([]int{opts.PID}, opts.PIDs...) {
+		if err := checkPID(pid); err != nil {
+			return nil, err
+		}
 	}
+	l := &Link{sites: sites, path: features.Path()}
 	cookies, st, err := prepareUSDT(sites, opts, features.Cookies)
 	if err != nil {
 		return nil, err
 	}
 	l.usdt = st
+	kernelPID := opts.PID
+	if pids := filterPIDs(features, opts); pids != nil {
+		if err := l.filterBy(prog, opts, pids); err != nil {
+			return nil, errors.Join(err, l.Close())
+		}
+		kernelPID = 0
+	}
 	for _, kind := range []Kind{Entry, Return} {
 		targets := targetsOf(sites, cookies, kind)
 		if len(targets) == 0 {
 			continue
 		}
-		al, err := attach.UprobeMulti(prog, targets, &attach.Options{
-			Return:   kind == Return,
-			PID:      opts.PID,
-			Features: features,
+		if l.path == kernelprobe.PathUprobeMulti {
+			al, err := attach.UprobeMulti(prog, targets, &attach.Options{
+				Return:   kind == Return,
+				PID:      kernelPID,
+				Features: features,
+			})
+			if err != nil {
+				return nil, errors.Join(err, l.Close())
+			}
+			l.links = append(l.links, al)
+			continue
+		}
+		fl, err := fallback.Uprobes(prog, targets, &fallback.Options{
+			Return:    kind == Return,
+			PID:       opts.PID,
+			Features:  features,
+			CookieMap: opts.Maps[fallback.CookieMapName],
 		})
 		if err != nil {
 			return nil, errors.Join(err, l.Close())
 		}
-		l.links = append(l.links, al)
+		l.perSite = append(l.perSite, fl)
 	}
 	return l, nil
 }
@@ -265,17 +300,55 @@ func (l *Link) Sites() []Site { return slices.Clone(l.sites) }
 // Path returns the attach path used.
 func (l *Link) Path() kernelprobe.Path { return l.path }
 
-// Links returns the underlying uprobe_multi links, for their kernel info.
+// Links returns the underlying uprobe_multi links, for their kernel info;
+// none on the perf-event path.
 func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
 
-// Close detaches every site, then frees the USDT spec ids it held. It may
-// be called more than once.
+// FDs returns how many file descriptors the attached sites hold: one per
+// binary and kind on the uprobe_multi path, one or two per site on the
+// perf-event path.
+func (l *Link) FDs() int {
+	n := 0
+	for _, al := range l.links {
+		n += al.FDs()
+	}
+	for _, fl := range l.perSite {
+		n += fl.FDs()
+	}
+	return n
+}
+
+// Close detaches every site, then frees the USDT spec ids and removes the
+// pids it put into the pid filter. It may be called more than once.
 func (l *Link) Close() error {
 	var errs []error
 	for i := len(l.links) - 1; i >= 0; i-- {
 		errs = append(errs, l.links[i].Close())
 	}
+	for i := len(l.perSite) - 1; i >= 0; i-- {
+		errs = append(errs, l.perSite[i].Close())
+	}
 	l.usdt.release()
 	l.usdt = nil
+	if l.filter != nil && len(l.pids) > 0 {
+		errs = append(errs, l.filter.Remove(l.pids...))
+		l.pids = nil
+	}
 	return errors.Join(errs...)
+}
+
+// checkPID fails for a pid that names no process now, so that every path
+// reports it the same way: the kernel's pid filter would say ESRCH, the
+// in-BPF one would silently count nothing.
+func checkPID(pid int) error {
+	if pid == 0 {
+		return nil
+	}
+	if pid < 0 {
+		return fmt.Errorf("pid %d: %w", pid, unix.EINVAL)
+	}
+	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("process %d does not exist: %w", pid, err)
+	}
+	return nil
 }

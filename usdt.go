@@ -129,12 +129,13 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 	if !hasUSDT {
 		return cookies, nil, nil
 	}
-	if opts.USDTSpecs == nil {
+	specs, ips := opts.Maps[usdt.SpecMapName], opts.Maps[usdt.IPMapName]
+	if specs == nil {
 		// The program does not read arguments: the sites keep their
 		// plain cookies, which mp_usdt_cookie reads as well.
 		return cookies, nil, nil
 	}
-	st = &usdtState{specs: opts.USDTSpecs, table: acquireSpecTable(opts.USDTSpecs), ips: opts.USDTIPs}
+	st = &usdtState{specs: specs, table: acquireSpecTable(specs), ips: ips}
 	defer func() {
 		if err != nil {
 			st.release()
@@ -142,7 +143,7 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 		}
 	}()
 	if !haveCookies && st.ips == nil {
-		return nil, nil, fmt.Errorf("kernel without BPF cookies: USDT probes need the program's %s map (Options.USDTIPs)", usdt.IPMapName)
+		return nil, nil, fmt.Errorf("kernel without BPF cookies: USDT probes need the program's %s map (Options.Maps)", usdt.IPMapName)
 	}
 	var byPath map[string][]int // sites to look up by address, per file
 	for i, s := range sites {

@@ -11,6 +11,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/testprogs"
+	"github.com/multiprobe/multiprobe/usdt"
 )
 
 // TestUSDT attaches a program to every USDT probe of a target through one
@@ -18,35 +19,22 @@ import (
 // read, the semaphore-guarded probe (which fires only while the kernel
 // holds its semaphore up), and the release of spec ids on Close.
 func TestUSDT(t *testing.T) {
-	testutil.RequireBPF(t)
-	f, err := kernelprobe.Detect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name     string
-		noCookie bool
-	}{
-		{"cookies", false},
-		{"no cookies", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			features := f
-			features.Cookies = !tc.noCookie && f.Cookies
-			testUSDT(t, features, tc.noCookie)
-		})
-	}
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		testUSDT(t, f, false)
+	})
+	// Without BPF cookies the program finds each site's spec through the
+	// address map: forced on the kernel's own path.
+	t.Run("no cookies", func(t *testing.T) {
+		f := paths(t)[0]
+		f.Cookies = false
+		testUSDT(t, f, true)
+	})
 }
 
 func testUSDT(t *testing.T, f kernelprobe.Features, noCookie bool) {
 	const n = 40
-	c, err := testprogs.LoadUSDTCounter(f.Path(), noCookie)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+
 	target := testprogs.USDTTarget(t)
-	before := testutil.TakeSnapshot(t, c.CountUSDT)
 
 	// Without cookies the probed address is looked up, so a PIE target
 	// needs the pid of the process, started waiting.
@@ -63,9 +51,35 @@ func testUSDT(t *testing.T, f kernelprobe.Features, noCookie bool) {
 		t.Fatalf("target said %q", line)
 	}
 
-	l, err := multiprobe.Attach(c.CountUSDT, mustParse(t, "usdt:"+target+":mp:*"), &multiprobe.Options{
-		PID: cmd.Process.Pid, Features: &f, USDTSpecs: c.Specs, USDTIPs: c.IPs,
-	})
+	// The pid is known before the load, so that Prepare can give the
+	// program the in-BPF pid filter where the kernel cannot filter.
+	opts := &multiprobe.Options{PID: cmd.Process.Pid, Features: &f}
+	spec, err := testprogs.USDTCounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := multiprobe.Prepare(spec, opts); err != nil {
+		t.Fatal(err)
+	}
+	if noCookie {
+		// Prepare sets the address lookup up only for kernels it finds
+		// without cookies; here they are forced off on the multi path.
+		if err := usdt.ConfigureCollection(spec, usdt.CollectionOptions{NoCookie: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := testprogs.NewUSDTCounter(spec)
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	defer c.Close()
+	opts.Maps = c.Maps
+	before := testutil.TakeSnapshot(t, c.CountUSDT)
+	l, err := multiprobe.Attach(c.CountUSDT, mustParse(t, "usdt:"+target+":mp:*"), opts)
+	if l != nil {
+		checkPath(t, l, f)
+	}
 	if err != nil {
 		cmd.Process.Kill()
 		t.Fatal(err)
@@ -111,7 +125,12 @@ func testUSDT(t *testing.T, f kernelprobe.Features, noCookie bool) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	before.Check(t, "after Close")
+	// The child's pipes closed meanwhile: check the links, and that the
+	// Link holds no fd.
+	before.CheckLinks(t, "after Close")
+	if n := l.FDs(); n != 0 {
+		t.Errorf("%d fds held after Close", n)
+	}
 	// Close removed the sites' addresses from the address map.
 	var next uint64
 	if err := c.IPs.NextKey(nil, &next); err == nil {

@@ -17,7 +17,7 @@
 //
 //	fallback     no uprobe_multi links: use per-site perf-event uprobes
 //	nopidfilter  uprobe_multi's pid filter is treated as broken (pre-6.10)
-//	nocookie     no BPF cookies (pre-5.15)
+//	nocookie     no BPF cookies (pre-5.15, so the fallback path too)
 //	norefctr     no ref-counter (USDT semaphore) offsets (pre-4.20)
 //	nosession    no uprobe sessions (pre-6.13)
 //

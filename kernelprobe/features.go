@@ -96,8 +96,14 @@ func (f Features) String() string {
 }
 
 // normalize drops what cannot be true without something else: the pid
-// filter and sessions are properties of uprobe_multi links.
+// filter and sessions are properties of uprobe_multi links, and every
+// kernel with uprobe_multi (6.6) has BPF cookies (5.15), so forcing cookies
+// off means an older kernel, hence the per-site path, where multiprobe
+// keeps the cookies in a map itself.
 func (f *Features) normalize() {
+	if !f.Cookies {
+		f.UprobeMulti = false
+	}
 	if !f.UprobeMulti {
 		f.UprobeMultiPIDFilter = false
 		f.UprobeSession = false

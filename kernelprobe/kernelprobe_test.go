@@ -103,7 +103,11 @@ func TestParseForce(t *testing.T) {
 			f.UprobeMulti, f.UprobeMultiPIDFilter, f.UprobeSession = false, false, false
 		}},
 		{in: "nopidfilter", want: func(f *Features) { f.UprobeMultiPIDFilter = false }},
-		{in: "nocookie, norefctr", want: func(f *Features) { f.Cookies, f.RefCtrOffset = false, false }},
+		// No kernel without cookies has uprobe_multi.
+		{in: "nocookie, norefctr", want: func(f *Features) {
+			f.Cookies, f.RefCtrOffset = false, false
+			f.UprobeMulti, f.UprobeMultiPIDFilter, f.UprobeSession = false, false, false
+		}},
 		{in: "nosession", want: func(f *Features) { f.UprobeSession = false }},
 		{in: "fallbak", wantErr: true},
 		{in: "nocookie,FALLBACK", wantErr: true},

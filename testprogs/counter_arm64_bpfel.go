@@ -18,12 +18,14 @@ import (
 const (
 	counterMapCounts        = "counts"
 	counterMapLastPid       = "last_pid"
+	counterMapMpCookies     = "mp_cookies"
 	counterMapOutOfRange    = "out_of_range"
 	counterMapPidCounts     = "pid_counts"
 	counterMapRetCounts     = "ret_counts"
 	counterMapRetValues     = "ret_values"
 	counterProgCountEntry   = "count_entry"
 	counterProgRecordReturn = "record_return"
+	counterVarMpNoCookie    = "mp_no_cookie"
 )
 
 // loadCounter returns the embedded CollectionSpec for counter.
@@ -78,6 +80,7 @@ type counterProgramSpecs struct {
 type counterMapSpecs struct {
 	Counts     *ebpf.MapSpec `ebpf:"counts"`
 	LastPid    *ebpf.MapSpec `ebpf:"last_pid"`
+	MpCookies  *ebpf.MapSpec `ebpf:"mp_cookies"`
 	OutOfRange *ebpf.MapSpec `ebpf:"out_of_range"`
 	PidCounts  *ebpf.MapSpec `ebpf:"pid_counts"`
 	RetCounts  *ebpf.MapSpec `ebpf:"ret_counts"`
@@ -88,6 +91,7 @@ type counterMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type counterVariableSpecs struct {
+	MpNoCookie *ebpf.VariableSpec `ebpf:"mp_no_cookie"`
 }
 
 // counterObjects contains all objects after they have been loaded into the kernel.
@@ -112,6 +116,7 @@ func (o *counterObjects) Close() error {
 type counterMaps struct {
 	Counts     *ebpf.Map `ebpf:"counts"`
 	LastPid    *ebpf.Map `ebpf:"last_pid"`
+	MpCookies  *ebpf.Map `ebpf:"mp_cookies"`
 	OutOfRange *ebpf.Map `ebpf:"out_of_range"`
 	PidCounts  *ebpf.Map `ebpf:"pid_counts"`
 	RetCounts  *ebpf.Map `ebpf:"ret_counts"`
@@ -122,6 +127,7 @@ func (m *counterMaps) Close() error {
 	return _CounterClose(
 		m.Counts,
 		m.LastPid,
+		m.MpCookies,
 		m.OutOfRange,
 		m.PidCounts,
 		m.RetCounts,
@@ -133,6 +139,7 @@ func (m *counterMaps) Close() error {
 //
 // It can be passed to loadCounterObjects or ebpf.CollectionSpec.LoadAndAssign.
 type counterVariables struct {
+	MpNoCookie *ebpf.Variable `ebpf:"mp_no_cookie"`
 }
 
 // counterPrograms contains all programs after they have been loaded into the kernel.

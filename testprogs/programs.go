@@ -30,20 +30,48 @@ type Counter struct {
 	PIDCounts  *ebpf.Map // uint32 pid -> uint64 calls (hash)
 	OutOfRange *ebpf.Map // uint32 0 -> uint64 events with a cookie >= MaxSites
 
+	// Maps are all the loaded maps by name, for multiprobe.Options.Maps.
+	Maps map[string]*ebpf.Map
+
+	coll *ebpf.Collection // what Assign left: maps no field names
+
 	objs counterObjects
 }
 
 // LoadCounter loads the counter programs for attach path p (see
 // [kernelprobe.PrepareCollectionSpec]). The caller must Close the result.
 func LoadCounter(p kernelprobe.Path) (*Counter, error) {
-	spec, err := loadCounter()
+	spec, err := CounterSpec()
 	if err != nil {
 		return nil, err
 	}
 	kernelprobe.PrepareCollectionSpec(spec, p)
-	c := &Counter{}
-	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
-		return nil, fmt.Errorf("testprogs: load counter for %v: %w", p, err)
+	return NewCounter(spec)
+}
+
+// CounterSpec returns the counter object's collection spec, for a caller
+// that prepares it (multiprobe.Prepare) before [NewCounter] loads it.
+func CounterSpec() (*ebpf.CollectionSpec, error) {
+	return loadCounter()
+}
+
+// NewCounter loads a spec from [CounterSpec]. The caller must Close the
+// result.
+func NewCounter(spec *ebpf.CollectionSpec) (*Counter, error) {
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return nil, fmt.Errorf("testprogs: load counter: %w", err)
+	}
+	// Keep every map by name before Assign takes the named ones: a
+	// prepared spec has maps (the pid filter's) that no field names.
+	maps := make(map[string]*ebpf.Map, len(coll.Maps))
+	for name, m := range coll.Maps {
+		maps[name] = m
+	}
+	c := &Counter{coll: coll, Maps: maps}
+	if err := coll.Assign(&c.objs); err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("testprogs: load counter: %w", err)
 	}
 	o := &c.objs
 	c.CountEntry, c.RecordReturn = o.CountEntry, o.RecordReturn
@@ -53,7 +81,10 @@ func LoadCounter(p kernelprobe.Path) (*Counter, error) {
 }
 
 // Close releases the programs and maps.
-func (c *Counter) Close() error { return c.objs.Close() }
+func (c *Counter) Close() error {
+	c.coll.Close()
+	return c.objs.Close()
+}
 
 // Session holds the loaded uprobe session program (bpf/session.c, Linux
 // 6.13+) and its maps, all arrays indexed by the site's BPF cookie.

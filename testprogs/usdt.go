@@ -58,17 +58,19 @@ type USDTCounter struct {
 	CountUSDT *ebpf.Program
 
 	Hits, Argc, Sum0, Sum1 *ebpf.Map
-	// Specs and IPs are the maps of bpf/usdt.bpf.h, for
-	// multiprobe.Options.USDTSpecs and USDTIPs.
+	// Specs and IPs are the maps of bpf/usdt.bpf.h.
 	Specs, IPs *ebpf.Map
+	// Maps are all the loaded maps by name, for multiprobe.Options.Maps.
+	Maps map[string]*ebpf.Map
 
 	objs usdtCounterObjects
+	coll *ebpf.Collection // what Assign left: maps no field names
 }
 
 // LoadUSDTCounter loads the USDT counter for attach path p; noCookie makes
 // it find its specs by address, as on kernels before 5.15.
 func LoadUSDTCounter(p kernelprobe.Path, noCookie bool) (*USDTCounter, error) {
-	spec, err := loadUsdtCounter()
+	spec, err := USDTCounterSpec()
 	if err != nil {
 		return nil, err
 	}
@@ -76,9 +78,29 @@ func LoadUSDTCounter(p kernelprobe.Path, noCookie bool) (*USDTCounter, error) {
 	if err := usdt.ConfigureCollection(spec, usdt.CollectionOptions{NoCookie: noCookie}); err != nil {
 		return nil, err
 	}
-	c := &USDTCounter{}
-	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
-		return nil, fmt.Errorf("testprogs: load USDT counter for %v: %w", p, err)
+	return NewUSDTCounter(spec)
+}
+
+// USDTCounterSpec returns the USDT counter's collection spec, for a caller
+// that prepares it (multiprobe.Prepare) before NewUSDTCounter loads it.
+func USDTCounterSpec() (*ebpf.CollectionSpec, error) {
+	return loadUsdtCounter()
+}
+
+// NewUSDTCounter loads a spec from USDTCounterSpec.
+func NewUSDTCounter(spec *ebpf.CollectionSpec) (*USDTCounter, error) {
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return nil, fmt.Errorf("testprogs: load USDT counter: %w", err)
+	}
+	maps := make(map[string]*ebpf.Map, len(coll.Maps))
+	for name, m := range coll.Maps {
+		maps[name] = m
+	}
+	c := &USDTCounter{coll: coll, Maps: maps}
+	if err := coll.Assign(&c.objs); err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("testprogs: load USDT counter: %w", err)
 	}
 	o := &c.objs
 	c.CountUSDT, c.Hits, c.Argc, c.Sum0, c.Sum1 = o.CountUsdt, o.UsdtHits, o.UsdtArgc, o.UsdtSum0, o.UsdtSum1
@@ -87,7 +109,10 @@ func LoadUSDTCounter(p kernelprobe.Path, noCookie bool) (*USDTCounter, error) {
 }
 
 // Close releases the program and maps.
-func (c *USDTCounter) Close() error { return c.objs.Close() }
+func (c *USDTCounter) Close() error {
+	c.coll.Close()
+	return c.objs.Close()
+}
 
 // ReadInt64s returns entries 0 to n-1 of an array map of int64 values.
 func ReadInt64s(m *ebpf.Map, n int) ([]int64, error) {

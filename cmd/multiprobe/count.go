@@ -106,12 +106,27 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("raising the memlock limit: %w", err)
 	}
-	c, err := loadCounter(&features, len(sites), *withArgs)
+	opts := &multiprobe.Options{Features: &features, PID: *pid}
+	var child *stoppedCommand
+	if len(command) > 0 {
+		// The tracer of a ptrace'd child is the thread that started it,
+		// until the child is resumed.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if child, err = startStopped(command, stdout, stderr, *asJSON); err != nil {
+			return err
+		}
+		defer child.abort()
+		opts.PID = child.cmd.Process.Pid
+	}
+	// The pid is known before the load: where the kernel cannot filter by
+	// it, Prepare gives the program the in-BPF filter.
+	c, err := loadCounter(opts, len(sites), *withArgs)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	opts := &multiprobe.Options{Features: &features, USDTSpecs: c.specs, USDTIPs: c.ips}
+	opts.Maps = c.maps
 	var hitsDone chan struct{}
 	var hitLog []hitRecord
 	if *withArgs {
@@ -143,10 +158,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	}
 
 	start := time.Now()
-	if len(command) > 0 {
-		err = countCommand(c.prog, sites, opts, command, stdout, stderr, *asJSON, *duration)
+	if child != nil {
+		err = child.count(c.prog, sites, opts, stderr, *duration)
 	} else {
-		opts.PID = *pid
 		err = countWhile(c.prog, sites, opts, *duration, stderr)
 	}
 	if c.stopHits != nil {
@@ -251,16 +265,17 @@ func countWhile(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Op
 	return nil
 }
 
-// countCommand starts the command stopped, attaches with its pid as the
-// filter, lets it run and waits for it to exit (or for duration). Starting
-// it stopped (under ptrace, until its exec completes) means no call is
-// missed between the start and the attach, and no other process's calls
+// stoppedCommand is a command started under ptrace, stopped right after
+// its exec, so that multiprobe can attach with its pid as the filter before
+// it makes a single call: no call is missed, and no other process's calls
 // are counted.
-func countCommand(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Options, command []string, stdout, stderr io.Writer, asJSON bool, duration time.Duration) error {
-	// The tracer of a ptrace'd child is the thread that started it.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+type stoppedCommand struct {
+	cmd     *exec.Cmd
+	name    string
+	resumed bool
+}
 
+func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*stoppedCommand, error) {
 	cmd := exec.Command(command[0], command[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	if asJSON {
@@ -268,31 +283,42 @@ func countCommand(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", command[0], err)
+		return nil, fmt.Errorf("starting %s: %w", command[0], err)
 	}
-	pid := cmd.Process.Pid
 	var ws unix.WaitStatus
-	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil || !ws.Stopped() {
+	if _, err := unix.Wait4(cmd.Process.Pid, &ws, 0, nil); err != nil || !ws.Stopped() {
 		cmd.Process.Kill()
 		cmd.Wait()
-		return fmt.Errorf("starting %s: it did not stop after exec (status %v): %v", command[0], ws, err)
+		return nil, fmt.Errorf("starting %s: it did not stop after exec (status %v): %v", command[0], ws, err)
 	}
-	opts.PID = pid
+	return &stoppedCommand{cmd: cmd, name: command[0]}, nil
+}
+
+// abort kills the command if it was never resumed.
+func (c *stoppedCommand) abort() {
+	if c.resumed {
+		return
+	}
+	c.cmd.Process.Kill()
+	unix.PtraceDetach(c.cmd.Process.Pid)
+	c.cmd.Wait()
+	c.resumed = true
+}
+
+// count attaches, resumes the command and waits for it to exit (or for
+// duration).
+func (c *stoppedCommand) count(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Options, stderr io.Writer, duration time.Duration) error {
 	l, err := multiprobe.AttachSites(prog, sites, opts)
 	if err != nil {
-		cmd.Process.Kill()
-		unix.PtraceDetach(pid)
-		cmd.Wait()
 		return err
 	}
 	defer l.Close()
-	if err := unix.PtraceDetach(pid); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return fmt.Errorf("resuming %s: %w", command[0], err)
+	if err := unix.PtraceDetach(c.cmd.Process.Pid); err != nil {
+		return fmt.Errorf("resuming %s: %w", c.name, err)
 	}
+	c.resumed = true
 	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() { done <- c.cmd.Wait() }()
 	var timeout <-chan time.Time
 	if duration > 0 {
 		timeout = time.After(duration)
@@ -301,13 +327,13 @@ func countCommand(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.
 	case err := <-done:
 		var ee *exec.ExitError
 		if err != nil && !errors.As(err, &ee) {
-			return fmt.Errorf("waiting for %s: %w", command[0], err)
+			return fmt.Errorf("waiting for %s: %w", c.name, err)
 		}
 		if ee != nil {
-			fmt.Fprintf(stderr, "%s exited with status %d\n", command[0], ee.ExitCode())
+			fmt.Fprintf(stderr, "%s exited with status %d\n", c.name, ee.ExitCode())
 		}
 	case <-timeout:
-		fmt.Fprintf(stderr, "%s still running after %v; counts so far\n", command[0], duration)
+		fmt.Fprintf(stderr, "%s still running after %v; counts so far\n", c.name, duration)
 	}
 	return nil
 }
@@ -317,12 +343,12 @@ func countCommand(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.
 type counter struct {
 	prog                  *ebpf.Program
 	counts, hits, dropped *ebpf.Map
-	specs, ips            *ebpf.Map
+	maps                  map[string]*ebpf.Map // for multiprobe.Options.Maps
 	close                 func() error
 	stopHits              func()
 }
 
-func loadCounter(f *kernelprobe.Features, sites int, withArgs bool) (*counter, error) {
+func loadCounter(opts *multiprobe.Options, sites int, withArgs bool) (*counter, error) {
 	load := loadCount
 	if withArgs {
 		load = loadCountArgs
@@ -331,32 +357,24 @@ func loadCounter(f *kernelprobe.Features, sites int, withArgs bool) (*counter, e
 	if err != nil {
 		return nil, err
 	}
-	kernelprobe.PrepareCollectionSpec(spec, f.Path())
-	spec.Maps["counts"].MaxEntries = uint32(max(sites, 1))
-	explain := func(err error) error {
-		if errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("loading the counter: %w (run as root, or with CAP_BPF and CAP_PERFMON)", err)
-		}
-		return fmt.Errorf("loading the counter: %w", err)
-	}
-	if !withArgs {
-		var objs countObjects
-		if err := spec.LoadAndAssign(&objs, nil); err != nil {
-			return nil, explain(err)
-		}
-		return &counter{prog: objs.CountCall, counts: objs.Counts, close: objs.Close}, nil
-	}
-	if err := usdt.ConfigureCollection(spec, usdt.CollectionOptions{NoCookie: !f.Cookies}); err != nil {
+	if err := multiprobe.Prepare(spec, opts); err != nil {
 		return nil, err
 	}
-	var objs countArgsObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return nil, explain(err)
+	spec.Maps["counts"].MaxEntries = uint32(max(sites, 1))
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("loading the counter: %w (run as root, or with CAP_BPF and CAP_PERFMON)", err)
+		}
+		return nil, fmt.Errorf("loading the counter: %w", err)
 	}
-	return &counter{
-		prog: objs.CountArgs, counts: objs.Counts, hits: objs.Hits, dropped: objs.Dropped,
-		specs: objs.MpUsdtSpecs, ips: objs.MpUsdtIps, close: objs.Close,
-	}, nil
+	c := &counter{counts: coll.Maps["counts"], maps: coll.Maps, close: func() error { coll.Close(); return nil }}
+	if withArgs {
+		c.prog, c.hits, c.dropped = coll.Programs["count_args"], coll.Maps["hits"], coll.Maps["dropped"]
+	} else {
+		c.prog = coll.Programs["count_call"]
+	}
+	return c, nil
 }
 
 // hitRecord is one hit with its arguments, for --args.

@@ -17,7 +17,9 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	countMapCounts     = "counts"
+	countMapMpCookies  = "mp_cookies"
 	countProgCountCall = "count_call"
+	countVarMpNoCookie = "mp_no_cookie"
 )
 
 // loadCount returns the embedded CollectionSpec for count.
@@ -69,13 +71,15 @@ type countProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type countMapSpecs struct {
-	Counts *ebpf.MapSpec `ebpf:"counts"`
+	Counts    *ebpf.MapSpec `ebpf:"counts"`
+	MpCookies *ebpf.MapSpec `ebpf:"mp_cookies"`
 }
 
 // countVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type countVariableSpecs struct {
+	MpNoCookie *ebpf.VariableSpec `ebpf:"mp_no_cookie"`
 }
 
 // countObjects contains all objects after they have been loaded into the kernel.
@@ -98,12 +102,14 @@ func (o *countObjects) Close() error {
 //
 // It can be passed to loadCountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countMaps struct {
-	Counts *ebpf.Map `ebpf:"counts"`
+	Counts    *ebpf.Map `ebpf:"counts"`
+	MpCookies *ebpf.Map `ebpf:"mp_cookies"`
 }
 
 func (m *countMaps) Close() error {
 	return _CountClose(
 		m.Counts,
+		m.MpCookies,
 	)
 }
 
@@ -111,6 +117,7 @@ func (m *countMaps) Close() error {
 //
 // It can be passed to loadCountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countVariables struct {
+	MpNoCookie *ebpf.Variable `ebpf:"mp_no_cookie"`
 }
 
 // countPrograms contains all programs after they have been loaded into the kernel.

@@ -71,3 +71,12 @@ func (s Snapshot) Check(tb testing.TB, what string) {
 		tb.Errorf("%s: kernel links %v, want %v", what, now.Links, s.Links)
 	}
 }
+
+// CheckLinks is Check for the kernel's links only, for a test whose own
+// file descriptors change meanwhile (a child process's pipes).
+func (s Snapshot) CheckLinks(tb testing.TB, what string) {
+	tb.Helper()
+	if now := ProgramLinks(tb, s.progs...); !slices.Equal(now, s.Links) {
+		tb.Errorf("%s: kernel links %v, want %v", what, now, s.Links)
+	}
+}

@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "regs.h"
+#include "cookie.bpf.h"
 
 // Cookies at or above MAX_SITES are counted in out_of_range instead.
 #define MAX_SITES (1 << 18)
@@ -48,7 +49,9 @@ struct {
 
 static __always_inline int site_key(void *ctx, __u32 *key)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
+	// mp_cookie: the BPF cookie, or on kernels without cookies (before 5.15)
+	// the one multiprobe stored under the probed address.
+	__u64 cookie = mp_cookie(ctx);
 	__u32 zero = 0;
 
 	if (cookie >= MAX_SITES) {

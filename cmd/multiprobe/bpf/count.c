@@ -9,6 +9,8 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+#include "cookie.bpf.h"
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1); // resized by the CLI
@@ -19,7 +21,9 @@ struct {
 SEC("uprobe")
 int count_call(void *ctx)
 {
-	__u32 key = (__u32)bpf_get_attach_cookie(ctx);
+	// The BPF cookie, or without cookies (before 5.15) the value multiprobe
+	// stored under the probed address.
+	__u32 key = (__u32)mp_cookie(ctx);
 	__u64 *n = bpf_map_lookup_elem(&counts, &key);
 
 	if (n)
