@@ -6,60 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/pidfilter"
+	"github.com/multiprobe/multiprobe/testprogs"
 )
 
-var (
-	semaOnce  sync.Once
-	semaDir   string
-	semaBins  map[string]string // "pie", "nopie" -> path
-	semaError error
-)
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if semaDir != "" {
-		os.RemoveAll(semaDir)
-	}
-	os.Exit(code)
-}
-
-// buildSema compiles testdata/sema.c as a PIE and as a non-PIE executable,
-// once per test binary, into a directory of its own.
+// buildSema returns the semaphore target (testprogs' c/sema.c) built as a
+// PIE ("pie") or not ("nopie").
 func buildSema(t testing.TB, kind string) string {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	testutil.RequireTool(t, "gcc", err)
-	semaOnce.Do(func() {
-		semaDir, semaError = os.MkdirTemp("", "fallback-test-")
-		if semaError != nil {
-			return
-		}
-		semaBins = map[string]string{}
-		for k, flags := range map[string][]string{"pie": {"-fPIE", "-pie"}, "nopie": {"-fno-PIE", "-no-pie"}} {
-			out := filepath.Join(semaDir, "sema-"+k)
-			args := append([]string{"-O1", "-o", out}, flags...)
-			if b, err := exec.Command(gcc, append(args, "testdata/sema.c")...).CombinedOutput(); err != nil {
-				semaError = fmt.Errorf("gcc %v: %w\n%s", args, err, b)
-				return
-			}
-			semaBins[k] = out
-		}
-	})
-	if semaError != nil {
-		t.Fatal(semaError)
-	}
-	return semaBins[kind]
+	return testprogs.SemaTarget(t, kind == "pie")
 }
 
 // symOffset returns the file offset of symbol name in the ELF file at path.
@@ -88,7 +50,7 @@ func symOffset(t testing.TB, path, name string) uint64 {
 	return 0
 }
 
-// semaProc is a running testdata/sema.c.
+// semaProc is a running semaphore target (testprogs' c/sema.c).
 type semaProc struct {
 	cmd *exec.Cmd
 	in  io.WriteCloser

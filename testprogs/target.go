@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -210,7 +211,7 @@ func buildCached(name string, units []unit, flags []string) (string, error) {
 	if err := g.Wait(); err != nil {
 		return "", err
 	}
-	if err := runGCC(append([]string{"-o", filepath.Join(tmp, "target")}, objs...)); err != nil {
+	if err := runGCC(append(append(slices.Clone(flags), "-o", filepath.Join(tmp, "target")), objs...)); err != nil {
 		return "", err
 	}
 	for _, o := range objs {

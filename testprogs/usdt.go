@@ -17,6 +17,32 @@ import (
 //go:embed c/usdt_target.c
 var usdtTargetSource []byte
 
+//go:embed c/sema.c
+var semaSource []byte
+
+// SemaTarget returns the path of the semaphore target (c/sema.c), built
+// as a PIE or not, on first use and cached like [Target]. It is driven over
+// stdin: see the comment at the top of c/sema.c.
+func SemaTarget(tb testing.TB, pie bool) string {
+	tb.Helper()
+	path, err := BuildSemaTarget(pie)
+	if errors.Is(err, os.ErrNotExist) {
+		testutil.RequireTool(tb, "gcc", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// BuildSemaTarget is SemaTarget outside a test.
+func BuildSemaTarget(pie bool) (string, error) {
+	if pie {
+		return buildCached("sema-pie", []unit{{name: "sema", src: semaSource}}, []string{"-O1", "-fPIE", "-pie"})
+	}
+	return buildCached("sema-nopie", []unit{{name: "sema", src: semaSource}}, []string{"-O1", "-fno-PIE", "-no-pie"})
+}
+
 // USDTInlinedSites is how many sites the mp:inlined probe of the USDT
 // target has.
 const USDTInlinedSites = 50

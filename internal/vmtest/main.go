@@ -92,7 +92,11 @@ func prebuild(dst string, sizes []int) error {
 	if err := os.Setenv("MULTIPROBE_CACHE_DIR", base); err != nil {
 		return err
 	}
-	builds := []func() (string, error){testprogs.BuildUSDTTarget}
+	builds := []func() (string, error){
+		testprogs.BuildUSDTTarget,
+		func() (string, error) { return testprogs.BuildSemaTarget(true) },
+		func() (string, error) { return testprogs.BuildSemaTarget(false) },
+	}
 	for _, n := range sizes {
 		builds = append(builds, func() (string, error) { return testprogs.Target(n) })
 	}
