@@ -235,6 +235,8 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 			PID:       opts.PID,
 			Features:  features,
 			CookieMap: opts.Maps[fallback.CookieMapName],
+			// USDT sites' cookies are in the USDT address map already.
+			CookiesElsewhere: st != nil && st.ips != nil && allUSDT(sites, kind),
 		})
 		if err != nil {
 			return nil, errors.Join(err, l.Close())
@@ -351,4 +353,16 @@ func checkPID(pid int) error {
 		return fmt.Errorf("process %d does not exist: %w", pid, err)
 	}
 	return nil
+}
+
+// allUSDT reports whether every site of kind is a USDT site.
+func allUSDT(sites []Site, kind Kind) bool {
+	for _, s := range sites {
+		if s.Probe.Kind == kind || (kind == Entry && s.Probe.Kind == USDT) {
+			if s.USDT == nil {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -51,6 +51,10 @@ type Options struct {
 	// 5.15): Uprobes then stores every site's cookie under its runtime
 	// address, and Close removes them again. It is ignored otherwise.
 	CookieMap *ebpf.Map
+	// CookiesElsewhere says that the program finds its sites without
+	// CookieMap on kernels without BPF cookies (bpf/usdt.bpf.h's own
+	// address map, filled by the caller), so none is needed.
+	CookiesElsewhere bool
 }
 
 // Link is the set of per-site perf-event uprobes made by one call of
@@ -133,7 +137,7 @@ func Uprobes(prog *ebpf.Program, targets []attach.Target, opts *Options) (*Link,
 	}
 
 	l := &Link{targets: ts, links: make([]link.Link, 0, sites)}
-	if !f.Cookies {
+	if !f.Cookies && !opts.CookiesElsewhere {
 		if opts.CookieMap == nil {
 			return nil, fmt.Errorf("fallback: kernel %s has no BPF cookies: %w", f.Release, ErrNoCookieMap)
 		}

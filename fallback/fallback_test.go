@@ -377,6 +377,13 @@ func TestInvalid(t *testing.T) {
 		{"ref counter unsupported", c.prog, one(attach.Target{Path: path, Offsets: fns[:1], RefCtrOffsets: []uint64{2}}), &Options{Features: noRefCtr}, ErrRefCtrUnsupported},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.prog == multi.CountEntry {
+				// A kernel without uprobe_multi loads a kprobe program
+				// with that expected attach type as any other.
+				if f, _ := kernelprobe.Detect(); !f.UprobeMulti {
+					t.Skipf("kernel %s does not know uprobe_multi", f.Release)
+				}
+			}
 			snap := testutil.TakeSnapshot(t, c.prog)
 			l, err := Uprobes(tc.prog, tc.targets, tc.opts)
 			if err == nil {
