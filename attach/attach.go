@@ -93,7 +93,7 @@ type Options struct {
 // unreachable.
 type Link struct {
 	mu      sync.Mutex
-	targets []Target
+	targets Targets
 	files   []*os.File // one per kernel link; nil after Close
 	spans   []span     // the sites each kernel link covers
 	closed  bool
@@ -203,7 +203,7 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 // returns copies with the default cookies filled in. UprobeMulti calls it,
 // and so does the per-site fallback, so that both paths accept the same
 // targets and give the same cookies.
-func PrepareTargets(targets []Target) ([]Target, error) {
+func PrepareTargets(targets []Target) (Targets, error) {
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("attach: no targets: %w", ErrInvalidTarget)
 	}
@@ -376,30 +376,38 @@ func (l *Link) Close() error {
 	return errors.Join(errs...)
 }
 
-// Targets returns the targets as attached, with Cookies filled in. The
-// slices inside are the Link's own: do not modify them.
-func (l *Link) Targets() []Target {
-	return slices.Clone(l.targets)
-}
+// Targets is the set of targets of one attach call.
+type Targets []Target
 
-// Sites returns the number of sites attached, over all targets.
-func (l *Link) Sites() int {
+// Sites returns the number of sites over all targets.
+func (ts Targets) Sites() int {
 	n := 0
-	for _, t := range l.targets {
+	for _, t := range ts {
 		n += len(t.Offsets)
 	}
 	return n
 }
 
-// Cookies returns every site's cookie, in the order of the targets and their
-// offsets.
-func (l *Link) Cookies() []uint64 {
-	out := make([]uint64, 0, l.Sites())
-	for _, t := range l.targets {
+// Cookies returns every site's cookie, in the order of the targets and
+// their offsets.
+func (ts Targets) Cookies() []uint64 {
+	out := make([]uint64, 0, ts.Sites())
+	for _, t := range ts {
 		out = append(out, t.Cookies...)
 	}
 	return out
 }
+
+// Targets returns the targets as attached, with Cookies filled in. The
+// slices inside are the Link's own: do not modify them.
+func (l *Link) Targets() Targets { return slices.Clone(l.targets) }
+
+// Sites returns the number of sites attached, over all targets.
+func (l *Link) Sites() int { return l.targets.Sites() }
+
+// Cookies returns every site's cookie, in the order of the targets and their
+// offsets.
+func (l *Link) Cookies() []uint64 { return l.targets.Cookies() }
 
 // FDs returns the number of kernel links, each one file descriptor, that l
 // holds: one per target, more for targets with more than MaxSitesPerLink

@@ -64,7 +64,7 @@ type Options struct {
 // finds it unreachable.
 type Link struct {
 	mu      sync.Mutex
-	targets []attach.Target
+	targets attach.Targets
 	links   []link.Link // one per site, in site order; nil after Close
 	fds     int
 	cookies *cookieEntries // nil unless the cookie map was filled
@@ -292,28 +292,14 @@ func (l *Link) Close() error {
 
 // Targets returns the targets as attached, with Cookies filled in. The
 // slices inside are the Link's own: do not modify them.
-func (l *Link) Targets() []attach.Target {
-	return slices.Clone(l.targets)
-}
+func (l *Link) Targets() attach.Targets { return slices.Clone(l.targets) }
 
 // Sites returns the number of sites attached, over all targets.
-func (l *Link) Sites() int {
-	n := 0
-	for _, t := range l.targets {
-		n += len(t.Offsets)
-	}
-	return n
-}
+func (l *Link) Sites() int { return l.targets.Sites() }
 
 // Cookies returns every site's cookie, in the order of the targets and their
 // offsets.
-func (l *Link) Cookies() []uint64 {
-	out := make([]uint64, 0, l.Sites())
-	for _, t := range l.targets {
-		out = append(out, t.Cookies...)
-	}
-	return out
-}
+func (l *Link) Cookies() []uint64 { return l.targets.Cookies() }
 
 // FDs returns the number of file descriptors l holds: two per site (perf
 // event and BPF link) on kernels with BPF perf links (5.15), one before;
