@@ -115,10 +115,7 @@ func Uprobes(prog *ebpf.Program, targets []attach.Target, opts *Options) (*Link,
 	if err != nil {
 		return nil, err
 	}
-	sites := 0
-	for _, t := range ts {
-		sites += len(t.Offsets)
-	}
+	sites := ts.Sites()
 	if !f.RefCtrOffset {
 		for _, t := range ts {
 			if slices.ContainsFunc(t.RefCtrOffsets, func(o uint64) bool { return o != 0 }) {
