@@ -97,6 +97,9 @@ type namePattern struct {
 	name    *glob.Pattern
 	version *glob.Pattern // nil: default or unversioned only
 	defOnly bool          // "@@": the default version only
+	// head and headMask are the first (up to) eight bytes of the name
+	// pattern's literal prefix, little-endian, for rejectByPrefix.
+	head, headMask uint64
 }
 
 func compile(patterns []string) (*matcher, error) {
@@ -131,6 +134,13 @@ func compile(patterns []string) (*matcher, error) {
 			return nil, fmt.Errorf("%w: %w", ErrBadPattern, err)
 		}
 		np.name = n
+		var b [8]byte
+		k := copy(b[:], n.Prefix())
+		np.head = binary.LittleEndian.Uint64(b[:])
+		np.headMask = ^uint64(0) >> (64 - 8*k)
+		if k == 0 {
+			np.headMask = 0
+		}
 		if exclude {
 			m.excl = append(m.excl, np)
 		} else {
@@ -166,14 +176,111 @@ func (m *matcher) rejectByPrefix(strs []byte, off uint32) bool {
 	}
 	rest := strs[off:]
 	for i := range m.incl {
-		p := m.incl[i].name.Prefix()
-		// The first byte decides for most names; compare it inline
-		// before calling into bytes.
-		if len(p) == 0 || (rest[0] == p[0] && bytes.HasPrefix(rest, p)) {
+		np := &m.incl[i]
+		p := np.name.Prefix()
+		// The first bytes decide for most names: compare up to eight
+		// of them as one integer before calling into bytes.
+		if len(p) == 0 {
+			return false
+		}
+		if len(rest) >= 8 && binary.LittleEndian.Uint64(rest)&np.headMask != np.head {
+			continue
+		}
+		if bytes.HasPrefix(rest, p) {
 			return false
 		}
 	}
 	return true
+}
+
+// candidates returns the string-table offsets at which a name that some
+// inclusion pattern could match starts, or nil when the prefix test is
+// the better filter (every pattern has a literal prefix) or no filter is
+// possible (a pattern such as "*" without any literal part).
+//
+// A pattern like "*_init" must see every name, and finding the end of
+// 200,000 names one at a time costs more than the rest of the scan; one
+// bytes.Index pass over the whole table for the pattern's literal part
+// finds the few names that contain it.
+func (m *matcher) candidates(strs []byte) bitmap {
+	prefixed := true
+	for i := range m.incl {
+		if len(m.incl[i].name.Needle()) == 0 {
+			return nil
+		}
+		if len(m.incl[i].name.Prefix()) == 0 {
+			prefixed = false
+		}
+	}
+	if prefixed {
+		return nil
+	}
+	b := make(bitmap, (len(strs)+63)/64)
+	for i := range m.incl {
+		needle := m.incl[i].name.Needle()
+		// bytes.Index skips ahead to the needle's first byte; '_' or a
+		// lowercase letter there would stop it at nearly every name, so
+		// search from the needle's rarest-looking byte and check the
+		// bytes before it.
+		k := anchor(needle)
+		for at := k; at < len(strs); {
+			j := bytes.Index(strs[at:], needle[k:])
+			if j < 0 {
+				break
+			}
+			p := at + j - k
+			at += j + 1
+			if !bytes.Equal(strs[p:p+k], needle[:k]) {
+				continue
+			}
+			// Every name starting between the enclosing string's start
+			// and the match contains the needle: the linker may point a
+			// symbol into the middle of another's name (tail merging).
+			start := bytes.LastIndexByte(strs[:p], 0) + 1
+			b.setRange(start, p)
+		}
+	}
+	return b
+}
+
+// anchor returns the index of the byte of needle least likely to be common
+// in symbol names: '_' and lowercase letters are everywhere, digits and
+// uppercase letters less so, punctuation rarely.
+func anchor(needle []byte) int {
+	rank := func(c byte) int {
+		switch {
+		case c == '_':
+			return 0
+		case 'a' <= c && c <= 'z':
+			return 1
+		case '0' <= c && c <= '9':
+			return 2
+		case 'A' <= c && c <= 'Z':
+			return 3
+		}
+		return 4
+	}
+	best := 0
+	for i := 1; i < len(needle); i++ {
+		if rank(needle[i]) > rank(needle[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// bitmap is a set of string-table offsets.
+type bitmap []uint64
+
+func (b bitmap) has(off uint32) bool {
+	w := off / 64
+	return int(w) < len(b) && b[w]&(1<<(off%64)) != 0
+}
+
+func (b bitmap) setRange(lo, hi int) {
+	for i := lo; i <= hi; i++ {
+		b[i/64] |= 1 << (i % 64)
+	}
 }
 
 // matches returns the index of the first inclusion pattern that selects the
@@ -339,13 +446,18 @@ func (r *resolver) scan() {
 	le := binary.LittleEndian
 	for t := range r.f.tables {
 		syms, strs := r.f.tables[t].syms, r.f.tables[t].strs
+		cand := r.m.candidates(strs)
 		for i := 0; i+symSize <= len(syms); i += symSize {
 			e := syms[i : i+symSize : i+symSize]
 			if !isDefinedFunc(e) {
 				continue
 			}
 			r.searched++
-			if r.m.rejectByPrefix(strs, le.Uint32(e[0:4])) {
+			if off := le.Uint32(e[0:4]); cand != nil {
+				if !cand.has(off) {
+					continue
+				}
+			} else if r.m.rejectByPrefix(strs, off) {
 				continue
 			}
 			name, ver, def := r.nameAt(t, i/symSize, le.Uint32(e[0:4]))

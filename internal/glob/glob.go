@@ -38,6 +38,8 @@ type Pattern struct {
 	// it, and bytes.Contains rejects most names far faster than the
 	// backtracking matcher.
 	needle []byte
+	// longest is the longest literal run anywhere in the pattern.
+	longest []byte
 }
 
 // Compile checks pattern and prepares it for matching.
@@ -66,6 +68,13 @@ func Compile(pattern string) (*Pattern, error) {
 	if !p.simple {
 		p.needle = longestLiteral(p.rest)
 	}
+	p.longest = p.prefix
+	if len(p.needle) > len(p.longest) {
+		p.longest = p.needle
+	}
+	if len(p.suffix) > len(p.longest) {
+		p.longest = p.suffix
+	}
 	return p, nil
 }
 
@@ -85,6 +94,10 @@ func (p *Pattern) String() string { return p.src }
 // Literal reports whether the pattern has no glob characters, and so matches
 // exactly one name.
 func (p *Pattern) Literal() bool { return p.simple && !p.star }
+
+// Needle returns the longest run of literal bytes that every match
+// contains, empty for patterns like "*" or "?*".
+func (p *Pattern) Needle() []byte { return p.longest }
 
 // Prefix returns the literal bytes that every match starts with.
 func (p *Pattern) Prefix() []byte { return p.prefix }

@@ -107,3 +107,20 @@ func FuzzMatch(f *testing.F) {
 		}
 	})
 }
+
+func TestNeedle(t *testing.T) {
+	for _, tt := range []struct{ pattern, want string }{
+		{"func_*", "func_"},
+		{"*_func_0001??", "_func_0001"},
+		{"*suffix", "suffix"},
+		{"a*longer_part*b", "longer_part"},
+		{"*", ""},
+		{"?*", ""},
+		{`x\*yz*`, "x*yz"},
+		{"exact", "exact"},
+	} {
+		if got := string(MustCompile(tt.pattern).Needle()); got != tt.want {
+			t.Errorf("%q.Needle() = %q, want %q", tt.pattern, got, tt.want)
+		}
+	}
+}
