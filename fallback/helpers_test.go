@@ -16,7 +16,6 @@ import (
 	"github.com/multiprobe/multiprobe/testprogs"
 )
 
-
 // buildSema returns the semaphore target (testprogs' c/sema.c) built as a
 // PIE ("pie") or not ("nopie").
 func buildSema(t testing.TB, kind string) string {
