@@ -389,7 +389,9 @@ func testNothingLeftOnFailure(t *testing.T, f kernelprobe.Features) {
 		}, fs.ErrNotExist},
 		{"offset past the end", c.CountEntry, func() []multiprobe.Site {
 			s := append([]multiprobe.Site(nil), sites...)
-			s[len(s)-1].Offset = 1 << 40
+			e := *s[len(s)-1].Site // the symbol is shared with sites
+			e.Offset = 1 << 40
+			s[len(s)-1].Site = &e
 			return s
 		}, attach.ErrInvalidTarget},
 		{"program for the other path", wrong.CountEntry, func() []multiprobe.Site { return sites }, attach.ErrWrongProgram},
@@ -514,4 +516,52 @@ func runUnprivileged(t *testing.T, test string) string {
 		t.Fatalf("unprivileged helper: %v\n%s", err, out)
 	}
 	return string(out)
+}
+
+// TestPIDSet filters by a set of pids inside BPF and changes the set while
+// attached: a process counts only while it is in the set.
+func TestPIDSet(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		const n, calls = 20, 2
+		target := testprogs.PrivateTarget(t, n)
+		a, aIn := startWaiting(t, target, calls)
+		b, bIn := startWaiting(t, target, calls)
+		c, cIn := startWaiting(t, target, calls)
+
+		opts := &multiprobe.Options{PIDs: []int{a.Process.Pid}}
+		cnt := setup(t, f, opts)
+		l, err := multiprobe.Attach(cnt.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		release := func(cmd *exec.Cmd, in io.WriteCloser) {
+			in.Write([]byte("go\n"))
+			in.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		release(a, aIn)
+		if err := l.SetPIDs(b.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+		release(b, bIn)
+		release(c, cIn)
+
+		var want uint64
+		for i := range n {
+			want += uint64(testprogs.ExpectedCalls(i, calls))
+		}
+		for _, p := range []struct {
+			pid  int
+			want uint64
+		}{{a.Process.Pid, want}, {b.Process.Pid, want}, {c.Process.Pid, 0}} {
+			var got uint64
+			cnt.PIDCounts.Lookup(uint32(p.pid), &got)
+			if got != p.want {
+				t.Errorf("process %d: %d calls counted, want %d", p.pid, got, p.want)
+			}
+		}
+	})
 }

@@ -18,9 +18,11 @@ import (
 
 // A Site is one function a probe attaches to.
 type Site struct {
-	elfsym.Site
-	// Probe is the spec that selected the site.
-	Probe Probe
+	// Site is the symbol (for a USDT site: its location, named
+	// "provider:name").
+	*elfsym.Site
+	// Probe is the spec that selected the site, shared by all its sites.
+	Probe *Probe
 	// Path is the file the probe's target resolved to.
 	Path string
 	// Cookie is the site's BPF cookie: its index in the sites of the call,
@@ -62,7 +64,10 @@ func Resolve(probes []Probe) ([]Site, error) {
 		}
 	}()
 	var sites []Site
-	for _, p := range probes {
+	// Sites point at their probe: at a copy, not at the caller's slice.
+	probes = slices.Clone(probes)
+	for i := range probes {
+		p := &probes[i]
 		path, err := elfsym.LookPath(p.Target)
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
@@ -113,8 +118,8 @@ func Resolve(probes []Probe) ([]Site, error) {
 			sites = append(sites, s)
 		}
 		sites = slices.Grow(sites, len(syms)+len(usdtSites))
-		for _, s := range syms {
-			add(Site{Site: s})
+		for i := range syms {
+			add(Site{Site: &syms[i]})
 		}
 		for _, s := range usdtSites {
 			add(s)

@@ -21,7 +21,7 @@ var ErrNeedPID = procmaps.ErrNeedPID
 // resolveUSDT returns the sites of the USDT probes that p selects in the
 // file at path. Each site's spec is decoded now, when the host can use it,
 // so that attaching only hands out ids.
-func resolveUSDT(path string, p Probe) ([]Site, error) {
+func resolveUSDT(path string, p *Probe) ([]Site, error) {
 	f, err := usdt.Open(path)
 	if err != nil {
 		return nil, err
@@ -35,7 +35,7 @@ func resolveUSDT(path string, p Probe) ([]Site, error) {
 		for i := range pr.Sites {
 			us := &pr.Sites[i]
 			s := Site{
-				Site: elfsym.Site{
+				Site: &elfsym.Site{
 					Name:    pr.Provider + ":" + pr.Name,
 					Bind:    elf.STB_GLOBAL,
 					Type:    elf.STT_NOTYPE,
