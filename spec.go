@@ -22,6 +22,7 @@ const (
 	USDT
 )
 
+// String returns the kind as a spec spells it: uprobe, uretprobe or usdt.
 func (k Kind) String() string {
 	switch k {
 	case Entry:

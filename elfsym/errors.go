@@ -38,6 +38,8 @@ type NoMatchError struct {
 	Suggestions []string // the closest names, best first, at most a few
 }
 
+// Error names the file, the patterns, how many symbols were searched and
+// the closest names.
 func (e *NoMatchError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: no function matches %s among %d function symbols",
@@ -62,6 +64,7 @@ type AmbiguousError struct {
 	Sites []Site
 }
 
+// Error lists every definition of the name.
 func (e *AmbiguousError) Error() string {
 	var defs []string
 	for _, s := range e.Sites {

@@ -34,6 +34,7 @@ type Site struct {
 	Offset uint64
 }
 
+// String returns the site as NAME@OFFSET.
 func (s Site) String() string {
 	return fmt.Sprintf("%s@%#x", s.Name, s.Offset)
 }
