@@ -352,7 +352,8 @@ type resolver struct {
 	f        *File
 	m        *matcher
 	searched int
-	hits     []sym    // symbols the patterns selected
+	hits     []sym    // symbols the patterns selected, in table order
+	sorted   []sym    // the same, by offset
 	offsets  []uint64 // their file offsets, sorted and unique
 	// goFuncs holds the functions of a stripped Go binary, whose names
 	// are not in a string table.
@@ -475,14 +476,15 @@ func (r *resolver) scan() {
 	if len(r.f.tables) == 0 && r.f.pclntab != nil {
 		r.scanGo()
 	}
-	r.offsets = make([]uint64, len(r.hits))
-	for i, h := range r.hits {
-		r.offsets[i] = h.offset
+	// One sort by offset serves the offset set here and the grouping
+	// later; r.hits stays in table order, which group walks along.
+	r.sorted = sortByOffset(slices.Clone(r.hits))
+	r.offsets = make([]uint64, 0, len(r.sorted))
+	for _, h := range r.sorted {
+		if n := len(r.offsets); n == 0 || r.offsets[n-1] != h.offset {
+			r.offsets = append(r.offsets, h.offset)
+		}
 	}
-	if !slices.IsSorted(r.offsets) {
-		slices.Sort(r.offsets)
-	}
-	r.offsets = slices.Compact(r.offsets)
 }
 
 // valueFilter is a small bitmap over symbol values that rejects, in one
@@ -503,13 +505,13 @@ func (f *valueFilter) mayHave(v uint64) bool { w, m := filterBit(v); return f[w]
 // the patterns did not name still fold into their site, and returns the
 // symbols grouped by offset.
 func (r *resolver) group() [][]sym {
-	all := r.hits
 	var filter valueFilter
 	for _, h := range r.hits {
 		if h.table != goTable {
 			filter.add(r.value(h))
 		}
 	}
+	var extra []sym // other names at selected offsets: aliases
 	le := binary.LittleEndian
 	next := 0 // r.hits are in table and index order: skip them as the walk meets them
 	for t := range r.f.tables {
@@ -528,11 +530,11 @@ func (r *resolver) group() [][]sym {
 				continue
 			}
 			if _, found := slices.BinarySearch(r.offsets, s.offset); found {
-				all = append(all, s)
+				extra = append(extra, s)
 			}
 		}
 	}
-	all = sortByOffset(all)
+	all := mergeByOffset(r.sorted, sortByOffset(extra))
 	// Every group's offset is one of r.offsets.
 	groups := make([][]sym, 0, len(r.offsets))
 	for len(all) > 0 {
@@ -544,6 +546,23 @@ func (r *resolver) group() [][]sym {
 		all = all[n:]
 	}
 	return groups
+}
+
+// mergeByOffset merges two lists sorted by offset, a's symbols first among
+// equal offsets.
+func mergeByOffset(a, b []sym) []sym {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]sym, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if b[0].offset < a[0].offset {
+			out, b = append(out, b[0]), b[1:]
+		} else {
+			out, a = append(out, a[0]), a[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // sortByOffset orders symbols by offset, ties in their current order, so
@@ -593,8 +612,12 @@ func leadingUnderscores(b []byte) int {
 
 // displayName is a symbol's name as a Site shows it.
 func (r *resolver) displayName(s sym) string {
-	name, ver, def := r.name(s)
-	if len(ver) > 0 && !def {
+	return r.display(r.name(s))
+}
+
+// display is displayName for a name already split from its version.
+func (r *resolver) display(name, ver []byte, isDefault bool) string {
+	if len(ver) > 0 && !isDefault {
 		return r.str(name, at, ver)
 	}
 	return r.str(name)
@@ -714,15 +737,16 @@ func (r *resolver) site(g []sym) Site {
 			best = s
 		}
 	}
+	name, ver, def := r.name(best)
 	site := Site{
-		Name:    r.displayName(best),
+		Name:    r.display(name, ver, def),
 		Bind:    r.bind(best),
 		Type:    r.typ(best),
 		Size:    r.size(best),
 		Address: r.value(best),
 		Offset:  best.offset,
 	}
-	if _, ver, _ := r.name(best); len(ver) > 0 {
+	if len(ver) > 0 {
 		site.Version = r.str(ver)
 	}
 	if len(g) == 1 {
