@@ -399,11 +399,11 @@ func testNothingLeftOnFailure(t *testing.T, f kernelprobe.Features) {
 	native, _ := kernelprobe.Detect()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.want == attach.ErrWrongProgram && !native.UprobeMulti {
+			if tt.want == attach.ErrWrongProgram {
 				// A kernel without uprobe_multi loads a kprobe program with
 				// that expected attach type as any other and attaches it
 				// through perf events: there is no wrong path.
-				t.Skipf("kernel %s does not know uprobe_multi", native.Release)
+				testutil.RequireKernelFeature(t, native.UprobeMulti, "uprobe_multi")
 			}
 			before := testutil.TakeSnapshot(t, c.CountEntry, wrong.CountEntry)
 			l, err := multiprobe.AttachSites(tt.prog, tt.sites(), opts)
@@ -463,30 +463,35 @@ func TestErrors(t *testing.T) {
 	}
 
 	t.Run("not root", func(t *testing.T) {
-		out := runUnprivileged(t, "TestUnprivilegedHelper")
+		out := runUnprivileged(t)
 		if !strings.Contains(out, "operation not permitted") || !strings.Contains(out, "CAP_BPF") {
 			t.Errorf("unprivileged attach said:\n%s\nwant EPERM naming CAP_BPF", out)
 		}
 	})
 }
 
-// TestUnprivilegedHelper is the body of TestErrors/not_root, run as the user
-// nobody in a child process.
-func TestUnprivilegedHelper(t *testing.T) {
-	if os.Getenv("MULTIPROBE_UNPRIVILEGED_HELPER") != "1" {
-		t.Skip("run by TestErrors")
+// TestMain runs the unprivileged half of TestErrors/not_root when the test
+// binary is started as its child, instead of the tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("MULTIPROBE_UNPRIVILEGED_HELPER") == "1" {
+		probes, err := multiprobe.ParseProbes("uprobe:libc.so.6:malloc")
+		if err == nil {
+			var l *multiprobe.Link
+			if l, err = multiprobe.Attach(nil, probes, nil); err == nil {
+				l.Close()
+				fmt.Println("attach succeeded without privileges")
+				os.Exit(1)
+			}
+		}
+		fmt.Println("ERROR:", err)
+		os.Exit(0)
 	}
-	l, err := multiprobe.Attach(nil, mustParse(t, "uprobe:libc.so.6:malloc"), nil)
-	if err == nil {
-		l.Close()
-		t.Fatal("attach succeeded without privileges")
-	}
-	fmt.Println("ERROR:", err)
+	os.Exit(m.Run())
 }
 
-// runUnprivileged runs one test of this binary as the user nobody, which
-// has no capabilities, and returns its output.
-func runUnprivileged(t *testing.T, test string) string {
+// runUnprivileged runs this test binary as the user nobody, which has no
+// capabilities, in its helper mode (see TestMain), and returns its output.
+func runUnprivileged(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -507,7 +512,7 @@ func runUnprivileged(t *testing.T, test string) string {
 	if err := os.WriteFile(bin, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-test.run=^"+test+"$", "-test.v")
+	cmd := exec.Command(bin)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "MULTIPROBE_UNPRIVILEGED_HELPER=1", "HOME="+dir, "GOCOVERDIR="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}

@@ -154,9 +154,6 @@ func resolveDebugELF(b *testing.B, path string, patterns []string) int {
 // TestBenchmarkAgrees checks that the baseline and elfsym select the same
 // sites, so the benchmark compares equal work.
 func TestBenchmarkAgrees(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a 200k-function binary")
-	}
 	fx := buildFixtures(t)
 	for _, pats := range [][]string{{"func_*", "!*beta"}, {"*"}} {
 		sites, err := Resolve(fx.nopie, pats...)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/multiprobe/multiprobe/internal/testutil"
 )
 
 func TestResolvePatterns(t *testing.T) {
@@ -245,9 +247,7 @@ func TestGoStripped(t *testing.T) {
 
 func TestSystemFiles(t *testing.T) {
 	bash, err := LookPath("bash")
-	if err != nil {
-		t.Skipf("no bash: %v", err)
-	}
+	testutil.RequireTool(t, "bash", err)
 	sites, err := Resolve(bash, "*")
 	if err != nil {
 		t.Fatal(err)

@@ -380,9 +380,8 @@ func TestInvalid(t *testing.T) {
 			if tc.prog == multi.CountEntry {
 				// A kernel without uprobe_multi loads a kprobe program
 				// with that expected attach type as any other.
-				if f, _ := kernelprobe.Detect(); !f.UprobeMulti {
-					t.Skipf("kernel %s does not know uprobe_multi", f.Release)
-				}
+				f, _ := kernelprobe.Detect()
+				testutil.RequireKernelFeature(t, f.UprobeMulti, "uprobe_multi")
 			}
 			snap := testutil.TakeSnapshot(t, c.prog)
 			l, err := Uprobes(tc.prog, tc.targets, tc.opts)

@@ -77,7 +77,7 @@ func TestHeaderCompiles(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "vmlinux" && vmlinux == "" {
-				t.Skip("no bpftool or kernel BTF to make vmlinux.h")
+				testutil.Unavailable(t, "no bpftool or kernel BTF to make vmlinux.h (.ci/install-deps installs bpftool)")
 			}
 			src := filepath.Join(dir, "prog.c")
 			if err := os.WriteFile(src, []byte(strings.Replace(headerUser, "PRELUDE", c.prelude, 1)), 0o644); err != nil {
