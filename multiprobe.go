@@ -36,8 +36,13 @@ type Site struct {
 	// "provider:name"), nil for a uprobe.
 	USDT *usdt.Site
 
-	spec    *usdt.Spec // the decoded arguments of a USDT site
-	specErr error      // why spec is nil
+	args *usdtArgs // a USDT site's decoded arguments
+}
+
+// usdtArgs are the arguments of a USDT site, or why they cannot be read.
+type usdtArgs struct {
+	spec usdt.Spec
+	err  error
 }
 
 // Resolve resolves probes to the sites they select, in the order of the
@@ -107,22 +112,33 @@ func Resolve(probes []Probe) ([]Site, error) {
 			sets[fk] = seen
 		}
 		first := len(sites)
-		add := func(s Site) {
-			if seen != nil {
-				if seen[s.Offset] {
-					return
-				}
-				seen[s.Offset] = true
+		fresh := func(off uint64) bool {
+			if seen == nil {
+				return true
 			}
-			s.Probe, s.Path, s.Cookie = p, path, uint64(len(sites))
-			sites = append(sites, s)
+			if seen[off] {
+				return false
+			}
+			seen[off] = true
+			return true
 		}
 		sites = slices.Grow(sites, len(syms)+len(usdtSites))
 		for i := range syms {
-			add(Site{Site: &syms[i]})
+			if fresh(syms[i].Offset) {
+				// Field by field: copying a whole Site in would go
+				// through typedmemmove, which while the GC marks is
+				// slow and cannot be preempted, and the GC then spins
+				// signalling this thread for the length of the loop.
+				sites = sites[:len(sites)+1]
+				s := &sites[len(sites)-1]
+				s.Site, s.Probe, s.Path, s.Cookie = &syms[i], p, path, uint64(len(sites)-1)
+			}
 		}
 		for _, s := range usdtSites {
-			add(s)
+			if fresh(s.Offset) {
+				s.Probe, s.Path, s.Cookie = p, path, uint64(len(sites))
+				sites = append(sites, s)
+			}
 		}
 		ranges[fk] = append(ranges[fk], [2]int{first, len(sites)})
 	}
@@ -259,25 +275,30 @@ func targetsOf(sites []Site, cookies []uint64, kind Kind) []attach.Target {
 	index := map[string]int{}
 	var sizes []int
 	var refCtr []bool
-	of := func(s Site) Kind {
+	of := func(s *Site) Kind {
 		if s.Probe.Kind == USDT {
 			return Entry
 		}
 		return s.Probe.Kind
 	}
-	for _, s := range sites {
+	last := -1 // sites of one binary are adjacent: look its path up once
+	for j := range sites {
+		s := &sites[j]
 		if of(s) != kind {
 			continue
 		}
-		i, ok := index[s.Path]
-		if !ok {
-			i = len(targets)
-			index[s.Path] = i
-			targets = append(targets, attach.Target{Path: s.Path})
-			sizes, refCtr = append(sizes, 0), append(refCtr, false)
+		if last < 0 || targets[last].Path != s.Path {
+			i, ok := index[s.Path]
+			if !ok {
+				i = len(targets)
+				index[s.Path] = i
+				targets = append(targets, attach.Target{Path: s.Path})
+				sizes, refCtr = append(sizes, 0), append(refCtr, false)
+			}
+			last = i
 		}
-		sizes[i]++
-		refCtr[i] = refCtr[i] || s.RefCtrOffset != 0
+		sizes[last]++
+		refCtr[last] = refCtr[last] || s.RefCtrOffset != 0
 	}
 	for i, n := range sizes {
 		t := &targets[i]
@@ -286,11 +307,15 @@ func targetsOf(sites []Site, cookies []uint64, kind Kind) []attach.Target {
 			t.RefCtrOffsets = make([]uint64, 0, n)
 		}
 	}
-	for i, s := range sites {
+	var t *attach.Target
+	for i := range sites {
+		s := &sites[i]
 		if of(s) != kind {
 			continue
 		}
-		t := &targets[index[s.Path]]
+		if t == nil || t.Path != s.Path {
+			t = &targets[index[s.Path]]
+		}
 		t.Offsets = append(t.Offsets, s.Offset)
 		t.Cookies = append(t.Cookies, cookies[i])
 		t.Names = append(t.Names, s.Name)

@@ -47,10 +47,9 @@ func resolveUSDT(path string, p *Probe) ([]Site, error) {
 			}
 			spec, err := f.Spec(*us)
 			if err != nil {
-				s.specErr = fmt.Errorf("%s at %#x: %w", s.Name, us.Address, err)
-			} else {
-				s.spec = &spec
+				err = fmt.Errorf("%s at %#x: %w", s.Name, us.Address, err)
 			}
+			s.args = &usdtArgs{spec: spec, err: err}
 			sites = append(sites, s)
 		}
 	}
@@ -121,8 +120,8 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 	for _, s := range sites {
 		if s.USDT != nil {
 			hasUSDT = true
-			if s.specErr != nil {
-				return nil, nil, s.specErr
+			if s.args.err != nil {
+				return nil, nil, s.args.err
 			}
 		}
 	}
@@ -150,7 +149,7 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 		if s.USDT == nil {
 			continue
 		}
-		id, err := st.table.Acquire(*s.spec)
+		id, err := st.table.Acquire(s.args.spec)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", s.Name, err)
 		}

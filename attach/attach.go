@@ -115,8 +115,9 @@ type span struct {
 // missing binary, with its path) or the kernel's errno, and say which binary
 // and site failed and what to do.
 //
-// UprobeMulti keeps copies of the targets' slices; the caller may reuse
-// them.
+// UprobeMulti keeps the targets' slices, as Link.Targets reports them: do
+// not modify them while the link is open. (Copying the offsets, cookies and
+// names of 100,000 sites would cost more than deciding them.)
 func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, error) {
 	if opts == nil {
 		opts = &Options{}
@@ -200,7 +201,8 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 }
 
 // PrepareTargets checks targets as every attach path needs them and
-// returns copies with the default cookies filled in. UprobeMulti calls it,
+// returns them with the default cookies filled in. The result shares the
+// targets' slices. UprobeMulti calls it,
 // and so does the per-site fallback, so that both paths accept the same
 // targets and give the same cookies.
 func PrepareTargets(targets []Target) (Targets, error) {
@@ -260,13 +262,7 @@ func PrepareTargets(targets []Target) (Targets, error) {
 			}
 		}
 
-		c := Target{
-			Path:          t.Path,
-			Offsets:       slices.Clone(t.Offsets),
-			RefCtrOffsets: slices.Clone(t.RefCtrOffsets),
-			Cookies:       slices.Clone(t.Cookies),
-			Names:         slices.Clone(t.Names),
-		}
+		c := t
 		if c.Cookies == nil {
 			c.Cookies = make([]uint64, n)
 			for j := range c.Cookies {

@@ -69,6 +69,7 @@ var benchPatterns = []struct {
 	{"prefix", []string{"mod012_*"}},                                   // 200 functions
 	{"suffix", []string{"*_func_0001??"}},                              // 100 functions
 	{"several+exclusion", []string{"mod00[1-3]_*", "mod999_*", "!*7"}}, // ~720
+	{"all", []string{"mod*"}},                                          // 200,000
 }
 
 // BenchmarkResolve compares elfsym with the obvious debug/elf approach on the

@@ -1,6 +1,7 @@
 package elfsym
 
 import (
+	"debug/elf"
 	"debug/gosym"
 	"math"
 )
@@ -8,25 +9,28 @@ import (
 // goTable marks a sym that comes from .gopclntab rather than a symbol table.
 const goTable = math.MaxUint16
 
-type goFunc struct {
-	name        string
-	entry, size uint64
-}
-
 // scanGo reads the function table of a Go binary built with -ldflags=-s,
 // which has no .symtab but keeps every function's name and address in
 // .gopclntab for the runtime's tracebacks.
 func (r *resolver) scanGo() {
 	funcs := goFuncs(r.f.pclntab, r.f.textAddr)
-	for _, fn := range funcs {
+	for i, fn := range funcs {
 		off, ok := r.f.FileOffset(fn.Entry)
 		if !ok || fn.Entry == 0 {
 			continue
 		}
 		r.searched++
 		if p := r.m.matches([]byte(fn.Name), nil, true); p >= 0 {
-			r.goFuncs = append(r.goFuncs, goFunc{name: fn.Name, entry: fn.Entry, size: fn.End - fn.Entry})
-			r.hits = append(r.hits, sym{table: goTable, index: uint32(len(r.goFuncs) - 1), pattern: int16(p), offset: off})
+			r.add(hit{
+				offset:  off,
+				value:   fn.Entry,
+				size:    fn.End - fn.Entry,
+				index:   uint32(i),
+				table:   goTable,
+				pattern: int16(p),
+				info:    byte(elf.STB_GLOBAL)<<4 | byte(elf.STT_FUNC),
+				def:     true,
+			}, []byte(fn.Name), nil)
 		}
 	}
 }

@@ -6,8 +6,12 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"math/bits"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/multiprobe/multiprobe/internal/glob"
@@ -77,14 +81,18 @@ func (f *File) Resolve(patterns ...string) ([]Site, error) {
 	}
 	r := resolver{f: f, m: m}
 	r.scan()
-	if len(r.hits) == 0 {
+	if r.n == 0 && !r.overflow {
 		return nil, &NoMatchError{Path: f.path, Patterns: patterns, Searched: r.searched, Suggestions: r.suggest()}
 	}
-	sites := r.group()
-	if err := r.checkExact(sites); err != nil {
+	r.sort()
+	r.aliases()
+	if r.overflow {
+		return nil, fmt.Errorf("%s: %w: the selected symbols' names exceed 4 GiB", f.path, ErrUnsupported)
+	}
+	if err := r.checkExact(); err != nil {
 		return nil, err
 	}
-	return r.finish(sites), nil
+	return r.finish(), nil
 }
 
 // matcher is a compiled set of inclusion and exclusion patterns.
@@ -300,106 +308,156 @@ func (m *matcher) matches(name, version []byte, isDefault bool) int {
 	return -1
 }
 
-// sym is one function symbol: a reference to its entry in the mapped file
-// and its file offset. It is kept to 16 bytes because a glob over a big
-// binary selects hundreds of thousands; the other fields are decoded from
-// the entry when a site is built.
-type sym struct {
-	offset  uint64
-	table   uint16
-	pattern int16 // the inclusion pattern that selected it, or -1
-	index   uint32
+// A hit is a function symbol that the patterns selected, or another name at
+// a selected offset (an alias), with all that its Site needs. The scan
+// decodes it while it reads the entry, in table order: building the sites
+// later, in offset order, from the symbol and string tables would revisit
+// both at random, which for 100,000 sites costs more than the scan.
+type hit struct {
+	offset, value, size uint64
+	// The name is r.arena[name:name+full]: the bare name (base bytes),
+	// then, for a versioned symbol, "@VERSION", or "@@VERSION" for the
+	// default version.
+	name, full, base uint32
+	index            uint32 // in its table (in .gopclntab's function list for a Go binary)
+	table            uint16
+	pattern          int16 // the inclusion pattern that selected it, or -1
+	info             uint8 // st_info: bind<<4 | type
+	def              bool  // unversioned, or the default version
 }
 
-// entry returns the raw Elf64_Sym of s (nil for a Go function).
-func (r *resolver) entry(s sym) []byte {
-	if s.table == goTable {
-		return nil
-	}
-	i := int(s.index) * symSize
-	return r.f.tables[s.table].syms[i : i+symSize : i+symSize]
-}
+func (h *hit) bind() elf.SymBind { return elf.SymBind(h.info >> 4) }
+func (h *hit) typ() elf.SymType  { return elf.SymType(h.info & 0xf) }
 
-func (r *resolver) bind(s sym) elf.SymBind {
-	if e := r.entry(s); e != nil {
-		return elf.SymBind(e[4] >> 4)
-	}
-	return elf.STB_GLOBAL
-}
-
-func (r *resolver) typ(s sym) elf.SymType {
-	if e := r.entry(s); e != nil {
-		return elf.SymType(e[4] & 0xf)
-	}
-	return elf.STT_FUNC
-}
-
-func (r *resolver) value(s sym) uint64 {
-	if e := r.entry(s); e != nil {
-		return binary.LittleEndian.Uint64(e[8:])
-	}
-	return r.goFuncs[s.index].entry
-}
-
-func (r *resolver) size(s sym) uint64 {
-	if e := r.entry(s); e != nil {
-		return binary.LittleEndian.Uint64(e[16:])
-	}
-	return r.goFuncs[s.index].size
-}
+// hitChunk is how many hits one allocation holds: hits are appended in
+// chunks rather than to one slice, which would copy 100,000 of them
+// several times while it grows.
+const hitChunk = 1 << 12
 
 type resolver struct {
 	f        *File
 	m        *matcher
 	searched int
-	hits     []sym    // symbols the patterns selected, in table order
-	sorted   []sym    // the same, by offset
-	offsets  []uint64 // their file offsets, sorted and unique
-	// goFuncs holds the functions of a stripped Go binary, whose names
-	// are not in a string table.
-	goFuncs []goFunc
-	arena   []byte // see str
+	// hits are the selected symbols, in table and index order, then the
+	// aliases the group pass adds.
+	hits [][]hit
+	n    int
+	// keys are the hits sorted by offset, ties in hit order (selected
+	// before aliases); see key.
+	keys    []uint64
+	packed  bool
+	offsets []uint64 // the selected file offsets, sorted and unique
+	// arena holds the names of every hit. Sites' strings point into it,
+	// so it is only appended to, and strings are made from it only once
+	// the last hit is in (finish).
+	arena    []byte
+	overflow bool // the names exceed what a hit's uint32 offsets address
 }
 
-// symbol decodes entry i of table t, and reports whether it is a defined
-// function symbol in an executable segment.
-func (r *resolver) symbol(t int, i int) (sym, bool) {
-	e := r.f.tables[t].syms[i*symSize : i*symSize+symSize]
-	info := e[4]
-	typ := elf.SymType(info & 0xf)
-	if typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC {
-		return sym{}, false
+func (r *resolver) hit(i int) *hit { return &r.hits[i/hitChunk][i%hitChunk] }
+
+// add appends a hit for the symbol named name (version ver).
+func (r *resolver) add(h hit, name, ver []byte) {
+	if uint64(len(r.arena))+uint64(len(name))+uint64(len(ver))+2 > math.MaxUint32 {
+		r.overflow = true
+		return
 	}
+	if need := len(r.arena) + len(name) + len(ver) + 2; need > cap(r.arena) {
+		// Double, as append does not for big slices: at its 1.25 it
+		// would allocate five times the final size on the way there.
+		a := make([]byte, len(r.arena), max(2*cap(r.arena), need, 256))
+		copy(a, r.arena)
+		r.arena = a
+	}
+	h.name, h.base = uint32(len(r.arena)), uint32(len(name))
+	r.arena = append(r.arena, name...)
+	if len(ver) > 0 {
+		r.arena = append(r.arena, '@')
+		if h.def {
+			r.arena = append(r.arena, '@')
+		}
+		r.arena = append(r.arena, ver...)
+	}
+	h.full = uint32(len(r.arena)) - h.name
+	// The first chunk starts small and doubles, so that a lookup of a few
+	// names allocates little; the others are allocated whole.
+	switch {
+	case len(r.hits) == 0:
+		r.hits = append(r.hits, make([]hit, 0, 8))
+	case len(r.hits[len(r.hits)-1]) == hitChunk:
+		r.hits = append(r.hits, make([]hit, 0, hitChunk))
+	case len(r.hits[0]) == cap(r.hits[0]):
+		c := make([]hit, len(r.hits[0]), 2*cap(r.hits[0]))
+		copy(c, r.hits[0])
+		r.hits[0] = c
+	}
+	c := &r.hits[len(r.hits)-1]
+	*c = append(*c, h)
+	r.n++
+}
+
+// hitAt makes the hit of the function symbol at entry e (index i) of table
+// t, whose file offset is off.
+func hitAt(t, i int, e []byte, off uint64, pattern int, def bool) hit {
 	le := binary.LittleEndian
-	if elf.SectionIndex(le.Uint16(e[6:])) == elf.SHN_UNDEF {
-		return sym{}, false
+	return hit{
+		offset:  off,
+		value:   le.Uint64(e[8:16]),
+		size:    le.Uint64(e[16:24]),
+		index:   uint32(i),
+		table:   uint16(t),
+		pattern: int16(pattern),
+		info:    e[4],
+		def:     def,
 	}
-	value := le.Uint64(e[8:])
-	if value == 0 {
-		return sym{}, false
-	}
-	off, ok := r.f.FileOffset(value)
-	if !ok {
-		return sym{}, false
-	}
-	return sym{table: uint16(t), index: uint32(i), pattern: -1, offset: off}, true
 }
 
-// nameOffset returns where the symbol's name starts in its string table.
-func (r *resolver) nameOffset(s sym) uint32 {
-	return binary.LittleEndian.Uint32(r.f.tables[s.table].syms[int(s.index)*symSize:])
-}
-
-// name returns the symbol's name without version, its version and whether
-// that version is the default one, all in place in the mapped file.
-func (r *resolver) name(s sym) (name, version []byte, isDefault bool) {
-	if s.table == goTable {
-		return []byte(r.goFuncs[s.index].name), nil, true
+// str returns arena bytes as a string that shares them.
+func (r *resolver) str(off, n uint32) string {
+	if n == 0 {
+		return ""
 	}
-	return r.nameAt(int(s.table), int(s.index), r.nameOffset(s))
+	return unsafe.String(&r.arena[off], n)
 }
 
-// nameAt is name for entry i of table t whose name starts at off.
+// bytes returns arena bytes, for comparisons.
+func (r *resolver) bytes(off, n uint32) []byte { return r.arena[off : off+n : off+n] }
+
+// displayName is the name a Site shows: "name@VERSION" for a non-default
+// version, the bare name otherwise.
+func (r *resolver) displayName(h *hit) string {
+	if h.def {
+		return r.str(h.name, h.base)
+	}
+	return r.str(h.name, h.full)
+}
+
+// version returns the hit's version, "" for none.
+func (r *resolver) version(h *hit) string {
+	skip := uint32(1) // "@"
+	if h.def {
+		skip = 2 // "@@"
+	}
+	if h.full <= h.base+skip {
+		return ""
+	}
+	return r.str(h.name+h.base+skip, h.full-h.base-skip)
+}
+
+// funcAt reports whether entry i of table t is a function symbol with an
+// address in an executable segment, and its file offset.
+func (r *resolver) funcAt(t, i int) (e []byte, off uint64, ok bool) {
+	e = r.f.tables[t].syms[i*symSize : i*symSize+symSize : i*symSize+symSize]
+	if !isDefinedFunc(e) {
+		return nil, 0, false
+	}
+	off, ok = r.f.FileOffset(binary.LittleEndian.Uint64(e[8:16]))
+	return e, off, ok
+}
+
+// nameAt returns the name of entry i of table t, which starts at off in its
+// string table, without its version; the version; and whether that version
+// is the default one. All are in place in the mapped file.
 func (r *resolver) nameAt(t, i int, off uint32) (name, version []byte, isDefault bool) {
 	tab := &r.f.tables[t]
 	name, _ = cstring(tab.strs, off)
@@ -467,96 +525,196 @@ func (r *resolver) scan() {
 			if p < 0 {
 				continue
 			}
-			if s, ok := r.symbol(t, i/symSize); ok {
-				s.pattern = int16(p)
-				r.hits = append(r.hits, s)
+			if off, ok := r.f.FileOffset(le.Uint64(e[8:16])); ok {
+				r.add(hitAt(t, i/symSize, e, off, p, def), name, ver)
 			}
 		}
 	}
 	if len(r.f.tables) == 0 && r.f.pclntab != nil {
 		r.scanGo()
 	}
-	// One sort by offset serves the offset set here and the grouping
-	// later; r.hits stays in table order, which group walks along.
-	r.sorted = sortByOffset(slices.Clone(r.hits))
-	r.offsets = make([]uint64, 0, len(r.sorted))
-	for _, h := range r.sorted {
-		if n := len(r.offsets); n == 0 || r.offsets[n-1] != h.offset {
-			r.offsets = append(r.offsets, h.offset)
+}
+
+// sort orders the hits by offset into r.keys and lists the offsets.
+func (r *resolver) sort() {
+	r.keys = r.sortedKeys(0, r.n)
+	r.offsets = make([]uint64, 0, len(r.keys))
+	for _, k := range r.keys {
+		if off := r.keyOffset(k); len(r.offsets) == 0 || r.offsets[len(r.offsets)-1] != off {
+			r.offsets = append(r.offsets, off)
 		}
 	}
 }
 
-// valueFilter is a small bitmap over symbol values that rejects, in one
-// load, almost every symbol that is not at a selected address.
-type valueFilter [1 << 10]uint64
+// A key orders a hit: its offset above its index, so that sorting plain
+// integers sorts hits by offset, ties in hit order. That is several times
+// faster than sorting the 48-byte hits for the 100,000 of a big binary. A
+// hit index needs keyBits bits; a file offset must leave them free.
+const keyBits = 24
 
-func filterBit(v uint64) (int, uint64) {
-	h := (v ^ v>>16 ^ v>>32) * 0x9E3779B97F4A7C15
-	b := h >> (64 - 16)
-	return int(b >> 6), 1 << (b & 63)
+// keyOffset returns the offset of the hit that k orders.
+func (r *resolver) keyOffset(k uint64) uint64 {
+	if r.packed {
+		return k >> keyBits
+	}
+	return r.hit(int(k)).offset
 }
 
-func (f *valueFilter) add(v uint64) { w, m := filterBit(v); f[w] |= m }
+func (r *resolver) index(k uint64) int {
+	if r.packed {
+		return int(k & (1<<keyBits - 1))
+	}
+	return int(k)
+}
 
-func (f *valueFilter) mayHave(v uint64) bool { w, m := filterBit(v); return f[w]&m != 0 }
+// sortedKeys returns the keys of hits [lo, hi) sorted by offset.
+func (r *resolver) sortedKeys(lo, hi int) []uint64 {
+	keys := make([]uint64, 0, hi-lo)
+	maxOff := uint64(0)
+	for i := lo; i < hi; i++ {
+		maxOff = max(maxOff, r.hit(i).offset)
+	}
+	// r.packed is decided once, for the first call; hits added later
+	// (aliases) are at offsets already seen, so they fit when those did.
+	if lo == 0 {
+		r.packed = hi < 1<<keyBits && maxOff < 1<<(64-keyBits)
+	}
+	if !r.packed {
+		// More than 16 million symbols, or offsets past 1 TiB: no real
+		// file, but a sort by comparison still gives the right order.
+		for i := lo; i < hi; i++ {
+			keys = append(keys, uint64(i))
+		}
+		slices.SortStableFunc(keys, func(a, b uint64) int {
+			return cmp.Compare(r.hit(int(a)).offset, r.hit(int(b)).offset)
+		})
+		return keys
+	}
+	sorted := true
+	for i := lo; i < hi; i++ {
+		k := r.hit(i).offset<<keyBits | uint64(i)
+		sorted = sorted && (len(keys) == 0 || keys[len(keys)-1] < k)
+		keys = append(keys, k)
+	}
+	if !sorted {
+		radixSort(keys, bits.Len64(maxOff))
+	}
+	return keys
+}
 
-// group collects every function name at a selected address, so that aliases
-// the patterns did not name still fold into their site, and returns the
-// symbols grouped by offset.
-func (r *resolver) group() [][]sym {
-	var filter valueFilter
-	for _, h := range r.hits {
-		if h.table != goTable {
-			filter.add(r.value(h))
+// radixSort sorts keys by their offset bits, keyBits up to keyBits+offBits,
+// keeping the order of equal offsets. The keys are distinct and in index
+// order, so that is the order of the whole key; an LSD radix sort touches
+// each key a few times instead of the log2(n) times of a comparison sort.
+func radixSort(keys []uint64, offBits int) {
+	if len(keys) < 256 {
+		slices.Sort(keys)
+		return
+	}
+	const digit = 11
+	tmp := make([]uint64, len(keys))
+	src, dst := keys, tmp
+	for shift := keyBits; shift < keyBits+offBits; shift += digit {
+		var count [1<<digit + 1]int
+		for _, k := range src {
+			count[(k>>shift)&(1<<digit-1)+1]++
+		}
+		for i := 1; i < len(count); i++ {
+			count[i] += count[i-1]
+		}
+		for _, k := range src {
+			d := (k >> shift) & (1<<digit - 1)
+			dst[count[d]] = k
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &keys[0] {
+		copy(keys, src)
+	}
+}
+
+// filter is a bitmap over symbol values that rejects, in one load, almost
+// every symbol that is not at a selected address.
+type filter struct {
+	words []uint64
+	shift uint // 64 minus log2 of the number of bits
+}
+
+func newFilter(n int) filter {
+	// About 16 bits per value keeps false positives near 6%.
+	logBits := uint(16)
+	for 1<<logBits < 16*n && logBits < 30 {
+		logBits++
+	}
+	return filter{words: make([]uint64, 1<<(logBits-6)), shift: 64 - logBits}
+}
+
+func (f *filter) bit(v uint64) (uint64, uint64) {
+	b := ((v ^ v>>16 ^ v>>32) * 0x9E3779B97F4A7C15) >> f.shift
+	return b >> 6, 1 << (b & 63)
+}
+
+func (f *filter) add(v uint64) { w, m := f.bit(v); f.words[w] |= m }
+
+func (f *filter) mayHave(v uint64) bool { w, m := f.bit(v); return f.words[w]&m != 0 }
+
+// aliases adds every other function name at a selected address, so that
+// aliases the patterns did not name still fold into their site.
+func (r *resolver) aliases() {
+	selected := r.n
+	if selected == 0 || len(r.f.tables) == 0 {
+		return
+	}
+	values := newFilter(selected)
+	for i := range selected {
+		values.add(r.hit(i).value)
+	}
+	// The hits are in table and index order: the walk skips them as it
+	// meets them. skipT and skipI are the next one's.
+	next, skipT, skipI := 0, -1, -1
+	advance := func() {
+		if next < selected {
+			h := r.hit(next)
+			skipT, skipI = int(h.table), int(h.index)
+		} else {
+			skipT = -1
 		}
 	}
-	var extra []sym // other names at selected offsets: aliases
+	advance()
 	le := binary.LittleEndian
-	next := 0 // r.hits are in table and index order: skip them as the walk meets them
 	for t := range r.f.tables {
 		syms := r.f.tables[t].syms
 		for i := 0; i+symSize <= len(syms); i += symSize {
-			if next < len(r.hits) && int(r.hits[next].table) == t && int(r.hits[next].index) == i/symSize {
+			if t == skipT && i/symSize == skipI {
 				next++
+				advance()
 				continue
 			}
 			e := syms[i : i+symSize : i+symSize]
-			if !isDefinedFunc(e) || !filter.mayHave(le.Uint64(e[8:16])) {
+			if !isDefinedFunc(e) || !values.mayHave(le.Uint64(e[8:16])) {
 				continue
 			}
-			s, ok := r.symbol(t, i/symSize)
+			off, ok := r.f.FileOffset(le.Uint64(e[8:16]))
 			if !ok {
 				continue
 			}
-			if _, found := slices.BinarySearch(r.offsets, s.offset); found {
-				extra = append(extra, s)
+			if _, found := slices.BinarySearch(r.offsets, off); found {
+				name, ver, def := r.nameAt(t, i/symSize, le.Uint32(e[0:4]))
+				r.add(hitAt(t, i/symSize, e, off, -1, def), name, ver)
 			}
 		}
 	}
-	all := mergeByOffset(r.sorted, sortByOffset(extra))
-	// Every group's offset is one of r.offsets.
-	groups := make([][]sym, 0, len(r.offsets))
-	for len(all) > 0 {
-		n := 1
-		for n < len(all) && all[n].offset == all[0].offset {
-			n++
-		}
-		groups = append(groups, all[:n:n])
-		all = all[n:]
+	if r.n > selected {
+		r.keys = mergeKeys(r.keys, r.sortedKeys(selected, r.n), r)
 	}
-	return groups
 }
 
-// mergeByOffset merges two lists sorted by offset, a's symbols first among
-// equal offsets.
-func mergeByOffset(a, b []sym) []sym {
-	if len(b) == 0 {
-		return a
-	}
-	out := make([]sym, 0, len(a)+len(b))
+// mergeKeys merges two sorted key lists, a's first among equal offsets.
+func mergeKeys(a, b []uint64, r *resolver) []uint64 {
+	out := make([]uint64, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
-		if b[0].offset < a[0].offset {
+		if r.keyOffset(b[0]) < r.keyOffset(a[0]) {
 			out, b = append(out, b[0]), b[1:]
 		} else {
 			out, a = append(out, a[0]), a[1:]
@@ -565,30 +723,26 @@ func mergeByOffset(a, b []sym) []sym {
 	return append(append(out, a...), b...)
 }
 
-// sortByOffset orders symbols by offset, ties in their current order, so
-// that grouping is deterministic. It sorts packed integer keys rather than
-// the 40-byte records, which is several times faster for the 100,000
-// symbols of a big binary; most binaries list symbols in address order
-// already and need no sort at all.
-func sortByOffset(all []sym) []sym {
-	if slices.IsSortedFunc(all, func(a, b sym) int { return cmp.Compare(a.offset, b.offset) }) {
-		return all
+// groups yields the keys of the hits at each offset, in offset order.
+func (r *resolver) groups(yield func(g []uint64) bool) {
+	r.groupsOf(r.keys)(yield)
+}
+
+// groupsOf is groups for a run of keys that starts a group.
+func (r *resolver) groupsOf(keys []uint64) func(yield func(g []uint64) bool) {
+	return func(yield func(g []uint64) bool) {
+		for len(keys) > 0 {
+			off := r.keyOffset(keys[0])
+			n := 1
+			for n < len(keys) && r.keyOffset(keys[n]) == off {
+				n++
+			}
+			if !yield(keys[:n:n]) {
+				return
+			}
+			keys = keys[n:]
+		}
 	}
-	const posBits = 24
-	if len(all) >= 1<<posBits || slices.ContainsFunc(all, func(s sym) bool { return s.offset >= 1<<(64-posBits) }) {
-		slices.SortStableFunc(all, func(a, b sym) int { return cmp.Compare(a.offset, b.offset) })
-		return all
-	}
-	keys := make([]uint64, len(all))
-	for i, s := range all {
-		keys[i] = s.offset<<posBits | uint64(i)
-	}
-	slices.Sort(keys)
-	sorted := make([]sym, len(all))
-	for i, k := range keys {
-		sorted[i] = all[k&(1<<posBits-1)]
-	}
-	return sorted
 }
 
 func bindRank(b elf.SymBind) int {
@@ -610,54 +764,15 @@ func leadingUnderscores(b []byte) int {
 	return n
 }
 
-// displayName is a symbol's name as a Site shows it.
-func (r *resolver) displayName(s sym) string {
-	return r.display(r.name(s))
-}
-
-// display is displayName for a name already split from its version.
-func (r *resolver) display(name, ver []byte, isDefault bool) string {
-	if len(ver) > 0 && !isDefault {
-		return r.str(name, at, ver)
-	}
-	return r.str(name)
-}
-
-// str returns the concatenation of parts as a string whose bytes live in an
-// arena: resolving 100,000 sites makes one allocation per 64 KiB of names
-// instead of one per name. Arena bytes are never written again once a
-// string refers to them.
-func (r *resolver) str(parts ...[]byte) string {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
-	}
-	if n == 0 {
-		return ""
-	}
-	if cap(r.arena)-len(r.arena) < n {
-		r.arena = make([]byte, 0, max(n, 64<<10))
-	}
-	start := len(r.arena)
-	for _, p := range parts {
-		r.arena = append(r.arena, p...)
-	}
-	b := r.arena[start:len(r.arena):len(r.arena)]
-	return unsafe.String(&b[0], len(b))
-}
-
-var at = []byte("@")
-
 // better reports whether a should be a site's primary name rather than b.
-func (r *resolver) better(a, b sym) bool {
-	an, _, ad := r.name(a)
-	bn, _, bd := r.name(b)
-	if c := cmp.Compare(bindRank(r.bind(a)), bindRank(r.bind(b))); c != 0 {
+func (r *resolver) better(a, b *hit) bool {
+	if c := cmp.Compare(bindRank(a.bind()), bindRank(b.bind())); c != 0 {
 		return c < 0
 	}
-	if ad != bd {
-		return ad
+	if a.def != b.def {
+		return a.def
 	}
+	an, bn := r.bytes(a.name, a.base), r.bytes(b.name, b.base)
 	if c := cmp.Compare(leadingUnderscores(an), leadingUnderscores(bn)); c != 0 {
 		return c < 0
 	}
@@ -670,96 +785,144 @@ func (r *resolver) better(a, b sym) bool {
 // checkExact enforces the rule for exact names: among the definitions of
 // one exact name at different offsets, weak ones lose to non-weak ones, and
 // two non-weak ones are ambiguous.
-func (r *resolver) checkExact(groups [][]sym) error {
+func (r *resolver) checkExact() error {
 	for pi := range r.m.incl {
 		np := &r.m.incl[pi]
 		if !np.name.Literal() || (np.version != nil && !np.version.Literal()) {
 			continue
 		}
-		var strong, weak []int // group indexes
-		for gi, g := range groups {
+		var strong, weak [][]uint64 // groups
+		for g := range r.groups {
 			bestBind := -1
-			for _, s := range g {
-				if int(s.pattern) == pi && (bestBind < 0 || bindRank(r.bind(s)) < bestBind) {
-					bestBind = bindRank(r.bind(s))
+			for _, k := range g {
+				h := r.hit(r.index(k))
+				if int(h.pattern) == pi && (bestBind < 0 || bindRank(h.bind()) < bestBind) {
+					bestBind = bindRank(h.bind())
 				}
 			}
 			switch {
 			case bestBind < 0:
 			case bestBind == 1:
-				weak = append(weak, gi)
+				weak = append(weak, g)
 			default:
-				strong = append(strong, gi)
+				strong = append(strong, g)
 			}
 		}
 		if len(strong) > 1 {
 			e := &AmbiguousError{Path: r.f.path, Name: np.src}
-			for _, gi := range strong {
-				e.Sites = append(e.Sites, r.site(groups[gi]))
+			for _, g := range strong {
+				e.Sites = append(e.Sites, r.site(g))
 			}
 			return e
 		}
 		if len(strong) == 1 {
 			// The weak definitions are overridden: the loser's group
 			// stays only if another pattern selected it too.
-			for _, gi := range weak {
-				g := groups[gi]
-				keep := g[:0]
-				for _, s := range g {
-					if int(s.pattern) == pi {
-						s.pattern = -1
+			for _, g := range weak {
+				for _, k := range g {
+					if h := r.hit(r.index(k)); int(h.pattern) == pi {
+						h.pattern = -1
 					}
-					keep = append(keep, s)
 				}
-				groups[gi] = keep
 			}
 		}
 	}
 	return nil
 }
 
-func (r *resolver) finish(groups [][]sym) []Site {
-	sites := make([]Site, 0, len(groups))
-	for _, g := range groups {
-		if !slices.ContainsFunc(g, func(s sym) bool { return s.pattern >= 0 }) {
+// parallelSites is the number of sites from which finish splits its work
+// between CPUs: below it, starting goroutines costs more than it saves.
+var parallelSites = 1 << 14 // a variable for tests
+
+// finish builds the sites, in offset order. With many sites it builds them
+// on every CPU, each worker for a run of whole groups, into its part of one
+// slice: building 100,000 Sites is a third of a big lookup.
+func (r *resolver) finish() []Site {
+	sites := make([]Site, len(r.offsets)) // one per group at most
+	workers := min(runtime.GOMAXPROCS(0), len(r.offsets)/parallelSites+1, 8)
+	if workers <= 1 {
+		return sites[:r.fill(sites, r.keys)]
+	}
+	type part struct{ keys, sites, n int }
+	parts := make([]part, 0, workers)
+	for w := range workers {
+		// Start at a group boundary near an equal share of the keys.
+		k := len(r.keys) * w / workers
+		for k > 0 && k < len(r.keys) && r.keyOffset(r.keys[k]) == r.keyOffset(r.keys[k-1]) {
+			k++
+		}
+		if len(parts) > 0 && k <= parts[len(parts)-1].keys {
 			continue
 		}
-		sites = append(sites, r.site(g))
+		g := 0
+		if k < len(r.keys) {
+			g, _ = slices.BinarySearch(r.offsets, r.keyOffset(r.keys[k]))
+		} else {
+			g = len(r.offsets)
+		}
+		parts = append(parts, part{keys: k, sites: g})
 	}
-	return sites
+	var wg sync.WaitGroup
+	for i := range parts {
+		end, sitesEnd := len(r.keys), len(sites)
+		if i+1 < len(parts) {
+			end, sitesEnd = parts[i+1].keys, parts[i+1].sites
+		}
+		p := &parts[i]
+		wg.Go(func() { p.n = r.fill(sites[p.sites:sitesEnd], r.keys[p.keys:end]) })
+	}
+	wg.Wait()
+	// A part has fewer sites than groups only where checkExact dropped a
+	// weak definition: close those gaps.
+	n := 0
+	for _, p := range parts {
+		n += copy(sites[n:], sites[p.sites:p.sites+p.n])
+	}
+	return sites[:n]
 }
 
-// site builds the Site of one group of symbols at the same offset.
-func (r *resolver) site(g []sym) Site {
-	best := g[0]
-	for _, s := range g[1:] {
-		if r.better(s, best) {
-			best = s
+// fill builds the sites of the groups of keys into sites, which has room
+// for one per group, and returns how many it built.
+func (r *resolver) fill(sites []Site, keys []uint64) int {
+	n := 0
+	for g := range r.groupsOf(keys) {
+		if slices.ContainsFunc(g, func(k uint64) bool { return r.hit(r.index(k)).pattern >= 0 }) {
+			sites[n] = r.site(g)
+			n++
 		}
 	}
-	name, ver, def := r.name(best)
-	site := Site{
-		Name:    r.display(name, ver, def),
-		Bind:    r.bind(best),
-		Type:    r.typ(best),
-		Size:    r.size(best),
-		Address: r.value(best),
-		Offset:  best.offset,
+	return n
+}
+
+// site builds the Site of the hits at one offset.
+func (r *resolver) site(g []uint64) Site {
+	best := r.hit(r.index(g[0]))
+	for _, k := range g[1:] {
+		if h := r.hit(r.index(k)); r.better(h, best) {
+			best = h
+		}
 	}
-	if len(ver) > 0 {
-		site.Version = r.str(ver)
+	site := Site{
+		Name:    r.displayName(best),
+		Version: r.version(best),
+		Bind:    best.bind(),
+		Type:    best.typ(),
+		Size:    best.size,
+		Address: best.value,
+		Offset:  best.offset,
 	}
 	if len(g) == 1 {
 		return site
 	}
-	for _, s := range g {
+	for _, k := range g {
+		h := r.hit(r.index(k))
 		if site.Size == 0 {
-			site.Size = r.size(s)
+			site.Size = h.size
 		}
-		if r.typ(s) == elf.STT_GNU_IFUNC {
+		if h.typ() == elf.STT_GNU_IFUNC {
 			site.Type = elf.STT_GNU_IFUNC
 		}
-		if n := r.displayName(s); n != site.Name && !slices.Contains(site.Aliases, n) {
+		if n := r.displayName(h); n != site.Name && !slices.Contains(site.Aliases, n) {
 			site.Aliases = append(site.Aliases, n)
 		}
 	}

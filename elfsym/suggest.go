@@ -1,6 +1,7 @@
 package elfsym
 
 import (
+	"encoding/binary"
 	"slices"
 	"strings"
 )
@@ -43,11 +44,11 @@ func (r *resolver) suggest() []string {
 		for t := range r.f.tables {
 			n := len(r.f.tables[t].syms) / symSize
 			for i := 0; i < n; i++ {
-				s, ok := r.symbol(t, i)
+				e, _, ok := r.funcAt(t, i)
 				if !ok {
 					continue
 				}
-				name, _, _ := r.name(s)
+				name, _, _ := r.nameAt(t, i, binary.LittleEndian.Uint32(e))
 				consider(name)
 			}
 		}

@@ -88,7 +88,8 @@ type Link struct {
 // RLIMIT_NOFILE up to the hard limit if needed, and otherwise fails with an
 // error wrapping ErrFDBudget that says how many are needed.
 //
-// Uprobes keeps copies of the targets' slices; the caller may reuse them.
+// Uprobes keeps the targets' slices, as Link.Targets reports them: do not
+// modify them while the link is open.
 func Uprobes(prog *ebpf.Program, targets []attach.Target, opts *Options) (*Link, error) {
 	if opts == nil {
 		opts = &Options{}
