@@ -13,9 +13,8 @@ import (
 	"github.com/multiprobe/multiprobe/testprogs"
 )
 
-// BenchmarkAttach measures attach plus detach of N sites selected by a glob
-// (attach-ms: the attach alone),
-// resolution included, against cilium/ebpf's Executable.UprobeMulti given
+// BenchmarkAttach measures attach plus detach of N sites selected by a glob,
+// resolution included (attach-ms: without the detach), against cilium/ebpf's Executable.UprobeMulti given
 // the symbol names, and, at 1,000 sites, against cilium's per-site
 // Executable.Uprobe (about 0.1 s per site to close: run it with
 // -benchtime=1x). Compare with:
