@@ -570,3 +570,51 @@ func TestPIDSet(t *testing.T) {
 		}
 	})
 }
+
+// TestCookiesAcrossProbes mixes probes of two kinds over one file, one of
+// them overlapping an earlier one in part: every site must keep the cookie
+// that is its index in Link.Sites, whichever way its offsets reached the
+// kernel, so each site's count is its own function's calls.
+func TestCookiesAcrossProbes(t *testing.T) {
+	forEachPath(t, testCookiesAcrossProbes)
+}
+
+func testCookiesAcrossProbes(t *testing.T, f kernelprobe.Features) {
+	const n, calls = 100, 2
+	opts := &multiprobe.Options{}
+	c := setup(t, f, opts)
+	target := testprogs.PrivateTarget(t, n)
+	l, err := multiprobe.Attach(c.CountEntry, mustParse(t,
+		"uprobe:"+target+":func_0000?",
+		"uretprobe:"+target+":func_0001?",
+		"uprobe:"+target+":func_000[0-2]?", // func_0000? again: only func_0002? is new
+		"uretprobe:"+target+":func_0003?,func_0001?"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	checkPath(t, l, f)
+	sites := l.Sites()
+	if len(sites) != 50 {
+		t.Fatalf("%d sites, want 50", len(sites))
+	}
+	runTarget(t, target, calls)
+	counts, err := testprogs.ReadArray(c.Counts, len(sites))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for cookie, s := range sites {
+		if s.Cookie != uint64(cookie) {
+			t.Errorf("%s: Cookie %d at index %d", s.Name, s.Cookie, cookie)
+		}
+		key := s.Probe.Kind.String() + " " + s.Name
+		if seen[key] {
+			t.Errorf("%s twice", key)
+		}
+		seen[key] = true
+		if want := uint64(testprogs.ExpectedCalls(funcIndex(t, s.Name), calls)); counts[cookie] != want {
+			t.Errorf("%s (%s, cookie %d): %d calls counted, want %d", s.Name, s.Probe.Kind, cookie, counts[cookie], want)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package multiprobe
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -50,99 +49,11 @@ type usdtArgs struct {
 // kind select appears once, for the first: attached twice, its program
 // would run twice per call. The cookie of each site is its index.
 func Resolve(probes []Probe) ([]Site, error) {
-	if len(probes) == 0 {
-		return nil, fmt.Errorf("%w: no probes", ErrBadSpec)
+	pl, err := selectProbes(probes)
+	if err != nil {
+		return nil, err
 	}
-	// Dedup needs a set of offsets only for a file and kind that a second
-	// probe selects from; most calls have one probe per file, and hashing
-	// 100,000 offsets would cost more than resolving them.
-	type fileKind struct {
-		path string
-		kind Kind
-	}
-	ranges := map[fileKind][][2]int{} // the sites each earlier probe added
-	sets := map[fileKind]map[uint64]bool{}
-	files := map[string]*elfsym.File{}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	var sites []Site
-	// Sites point at their probe: at a copy, not at the caller's slice.
-	probes = slices.Clone(probes)
-	for i := range probes {
-		p := &probes[i]
-		path, err := elfsym.LookPath(p.Target)
-		if err != nil {
-			return nil, fmt.Errorf("probe %s: %w", p, err)
-		}
-		// Two spellings of one file (a symlink, a library name) share
-		// their sites.
-		real, err := filepath.EvalSymlinks(path)
-		if err != nil {
-			real = path
-		}
-		f := files[real]
-		if f == nil && p.Kind != USDT {
-			if f, err = elfsym.Open(path); err != nil {
-				return nil, fmt.Errorf("probe %s: %w", p, err)
-			}
-			files[real] = f
-		}
-		var syms []elfsym.Site
-		var usdtSites []Site
-		if p.Kind == USDT {
-			usdtSites, err = resolveUSDT(path, p)
-		} else {
-			syms, err = f.Resolve(p.Patterns...)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("probe %s: %w", p, err)
-		}
-		fk := fileKind{real, p.Kind}
-		seen := sets[fk]
-		if seen == nil && len(ranges[fk]) > 0 {
-			seen = map[uint64]bool{}
-			for _, r := range ranges[fk] {
-				for _, s := range sites[r[0]:r[1]] {
-					seen[s.Offset] = true
-				}
-			}
-			sets[fk] = seen
-		}
-		first := len(sites)
-		fresh := func(off uint64) bool {
-			if seen == nil {
-				return true
-			}
-			if seen[off] {
-				return false
-			}
-			seen[off] = true
-			return true
-		}
-		sites = slices.Grow(sites, len(syms)+len(usdtSites))
-		for i := range syms {
-			if fresh(syms[i].Offset) {
-				// Field by field: copying a whole Site in would go
-				// through typedmemmove, which while the GC marks is
-				// slow and cannot be preempted, and the GC then spins
-				// signalling this thread for the length of the loop.
-				sites = sites[:len(sites)+1]
-				s := &sites[len(sites)-1]
-				s.Site, s.Probe, s.Path, s.Cookie = &syms[i], p, path, uint64(len(sites)-1)
-			}
-		}
-		for _, s := range usdtSites {
-			if fresh(s.Offset) {
-				s.Probe, s.Path, s.Cookie = p, path, uint64(len(sites))
-				sites = append(sites, s)
-			}
-		}
-		ranges[fk] = append(ranges[fk], [2]int{first, len(sites)})
-	}
-	return sites, nil
+	return pl.build(), nil
 }
 
 // Options change how Attach attaches. A nil *Options is the zero value.
@@ -186,11 +97,31 @@ type Link struct {
 // kernelprobe.PrepareCollectionSpec, without pid filtering) before it was
 // loaded. Each site's cookie is its index in Link.Sites.
 func Attach(prog *ebpf.Program, probes []Probe, opts *Options) (*Link, error) {
-	sites, err := Resolve(probes)
+	pl, err := selectProbes(probes)
 	if err != nil {
 		return nil, err
 	}
-	return AttachSites(prog, sites, opts)
+	opts, features, err := setup(opts)
+	if err != nil {
+		return nil, err
+	}
+	if pl.usdt || features.Path() != kernelprobe.PathUprobeMulti {
+		return attachSites(prog, pl.build(), opts, features)
+	}
+	// The kernel needs only offsets and cookies, which the plan has: hand
+	// them over now and build the Sites on another CPU meanwhile. For
+	// 100,000 sites the link create is ~75 ms of kernel work and building
+	// the Sites ~15 ms, which this hides. The price: an attach error names
+	// sites by offset rather than by name.
+	built := make(chan []Site, 1)
+	go func() { built <- pl.build() }()
+	l := &Link{path: features.Path()}
+	err = l.attachTargets(prog, opts, features, pl.targets, nil)
+	l.sites = <-built
+	if err != nil {
+		return nil, errors.Join(err, l.Close())
+	}
+	return l, nil
 }
 
 // AttachSites attaches prog to sites that Resolve returned, so that a
@@ -202,40 +133,70 @@ func Attach(prog *ebpf.Program, probes []Probe, opts *Options) (*Link, error) {
 // kind of probe; on older ones, or when Features say so, every site gets
 // its own perf-event uprobe (package fallback), with the same cookies.
 func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error) {
-	if opts == nil {
-		opts = &Options{}
-	}
 	if len(sites) == 0 {
 		return nil, fmt.Errorf("%w: no sites", ErrBadSpec)
+	}
+	opts, features, err := setup(opts)
+	if err != nil {
+		return nil, err
+	}
+	return attachSites(prog, sites, opts, features)
+}
+
+// setup fills in the defaults of an attach: options, the kernel's features,
+// and checked pids.
+func setup(opts *Options) (*Options, *kernelprobe.Features, error) {
+	if opts == nil {
+		opts = &Options{}
 	}
 	features := opts.Features
 	if features == nil {
 		f, err := kernelprobe.Detect()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		features = &f
 	}
 	for _, pid := range append([]int{opts.PID}, opts.PIDs...) {
 		if err := checkPID(pid); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
+	return opts, features, nil
+}
+
+func attachSites(prog *ebpf.Program, sites []Site, opts *Options, features *kernelprobe.Features) (*Link, error) {
 	l := &Link{sites: sites, path: features.Path()}
 	cookies, st, err := prepareUSDT(sites, opts, features.Cookies)
 	if err != nil {
 		return nil, err
 	}
 	l.usdt = st
+	err = l.attachTargets(prog, opts, features, func(kind Kind) []attach.Target {
+		return targetsOf(sites, cookies, kind)
+	}, func(kind Kind) bool {
+		// USDT sites' cookies are in the USDT address map already.
+		return st != nil && st.ips != nil && allUSDT(sites, kind)
+	})
+	if err != nil {
+		return nil, errors.Join(err, l.Close())
+	}
+	return l, nil
+}
+
+// attachTargets attaches prog, on the path features choose, to the targets
+// of each kind of probe. On error the caller closes l.
+func (l *Link) attachTargets(prog *ebpf.Program, opts *Options, features *kernelprobe.Features,
+	targetsFor func(Kind) []attach.Target, cookiesElsewhere func(Kind) bool) error {
 	kernelPID := opts.PID
 	if pids := filterPIDs(features, opts); pids != nil {
 		if err := l.filterBy(prog, opts, pids); err != nil {
-			return nil, errors.Join(err, l.Close())
+			return err
 		}
 		kernelPID = 0
 	}
 	for _, kind := range []Kind{Entry, Return} {
-		targets := targetsOf(sites, cookies, kind)
+		targets := targetsFor(kind)
 		if len(targets) == 0 {
 			continue
 		}
@@ -246,45 +207,39 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 				Features: features,
 			})
 			if err != nil {
-				return nil, errors.Join(err, l.Close())
+				return err
 			}
 			l.links = append(l.links, al)
 			continue
 		}
 		fl, err := fallback.Uprobes(prog, targets, &fallback.Options{
-			Return:    kind == Return,
-			PID:       opts.PID,
-			Features:  features,
-			CookieMap: opts.Maps[fallback.CookieMapName],
-			// USDT sites' cookies are in the USDT address map already.
-			CookiesElsewhere: st != nil && st.ips != nil && allUSDT(sites, kind),
+			Return:           kind == Return,
+			PID:              opts.PID,
+			Features:         features,
+			CookieMap:        opts.Maps[fallback.CookieMapName],
+			CookiesElsewhere: cookiesElsewhere != nil && cookiesElsewhere(kind),
 		})
 		if err != nil {
-			return nil, errors.Join(err, l.Close())
+			return err
 		}
 		l.perSite = append(l.perSite, fl)
 	}
-	return l, nil
+	return nil
 }
 
 // targetsOf groups the sites of one kind by binary, with their kernel
-// cookies. USDT sites attach as entry probes, with their semaphores as
-// ref-counter offsets.
+// cookies (cookies[i] for sites[i]; their Cookie fields if cookies is nil).
+// USDT sites attach as entry probes, with their semaphores as ref-counter
+// offsets.
 func targetsOf(sites []Site, cookies []uint64, kind Kind) []attach.Target {
 	var targets []attach.Target
 	index := map[string]int{}
 	var sizes []int
 	var refCtr []bool
-	of := func(s *Site) Kind {
-		if s.Probe.Kind == USDT {
-			return Entry
-		}
-		return s.Probe.Kind
-	}
 	last := -1 // sites of one binary are adjacent: look its path up once
 	for j := range sites {
 		s := &sites[j]
-		if of(s) != kind {
+		if s.Probe.Kind.attachAs() != kind {
 			continue
 		}
 		if last < 0 || targets[last].Path != s.Path {
@@ -310,20 +265,33 @@ func targetsOf(sites []Site, cookies []uint64, kind Kind) []attach.Target {
 	var t *attach.Target
 	for i := range sites {
 		s := &sites[i]
-		if of(s) != kind {
+		if s.Probe.Kind.attachAs() != kind {
 			continue
 		}
 		if t == nil || t.Path != s.Path {
 			t = &targets[index[s.Path]]
 		}
+		c := s.Cookie
+		if cookies != nil {
+			c = cookies[i]
+		}
 		t.Offsets = append(t.Offsets, s.Offset)
-		t.Cookies = append(t.Cookies, cookies[i])
+		t.Cookies = append(t.Cookies, c)
 		t.Names = append(t.Names, s.Name)
 		if t.RefCtrOffsets != nil {
 			t.RefCtrOffsets = append(t.RefCtrOffsets, s.RefCtrOffset)
 		}
 	}
 	return targets
+}
+
+// attachAs is the kind of link a probe's sites attach through: USDT sites
+// attach as entry probes.
+func (k Kind) attachAs() Kind {
+	if k == USDT {
+		return Entry
+	}
+	return k
 }
 
 // Sites returns the attached sites; a site's index is its cookie.

@@ -110,12 +110,9 @@ type usdtState struct {
 
 // prepareUSDT gives every USDT site a spec id and its kernel cookie
 // (spec id and user cookie packed), and, without cookies, writes the
-// address map. cookies[i] is the cookie to attach sites[i] with.
+// address map. cookies[i] is the cookie to attach sites[i] with; nil means
+// every site keeps its Cookie.
 func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint64, st *usdtState, err error) {
-	cookies = make([]uint64, len(sites))
-	for i, s := range sites {
-		cookies[i] = s.Cookie
-	}
 	hasUSDT := false
 	for _, s := range sites {
 		if s.USDT != nil {
@@ -126,13 +123,17 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 		}
 	}
 	if !hasUSDT {
-		return cookies, nil, nil
+		return nil, nil, nil
 	}
 	specs, ips := opts.Maps[usdt.SpecMapName], opts.Maps[usdt.IPMapName]
 	if specs == nil {
 		// The program does not read arguments: the sites keep their
 		// plain cookies, which mp_usdt_cookie reads as well.
-		return cookies, nil, nil
+		return nil, nil, nil
+	}
+	cookies = make([]uint64, len(sites))
+	for i, s := range sites {
+		cookies[i] = s.Cookie
 	}
 	st = &usdtState{specs: specs, table: acquireSpecTable(specs), ips: ips}
 	defer func() {

@@ -52,3 +52,34 @@ func ExampleFile_Resolve() {
 	// pthread_mutex_unlock
 	// true
 }
+
+// Select the sites first, hand their offsets to whatever needs them at
+// once (here: count them), and build the named Sites on another goroutine
+// meanwhile.
+func ExampleFile_Select() {
+	path, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		log.Fatal(err)
+	}
+	f, err := elfsym.Open(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	sel, err := f.Select("pthread_mutex_*lock", "!*trylock", "!*timedlock")
+	f.Close() // a Selection does not need its File
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan []elfsym.Site)
+	go func() { done <- sel.Sites() }()
+
+	fmt.Println(len(sel.Offsets()), "offsets")
+	for i, s := range <-done {
+		fmt.Println(s.Name, s.Offset == sel.Offsets()[i])
+	}
+	// Unordered output:
+	// 3 offsets
+	// pthread_mutex_lock true
+	// pthread_mutex_clocklock true
+	// pthread_mutex_unlock true
+}

@@ -437,3 +437,41 @@ func TestParallelFinish(t *testing.T) {
 		}
 	}
 }
+
+// TestSelect checks that a Selection's offsets are its sites', also where a
+// weak definition was dropped, and that Sites may be called concurrently
+// after the File is closed.
+func TestSelect(t *testing.T) {
+	fx := buildFixtures(t)
+	for _, pats := range [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "alias_func"}} {
+		f, err := Open(fx.nopie)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.Resolve(pats...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sel, err := f.Select(pats...)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan []Site, 2)
+		for range 2 {
+			go func() { got <- sel.Sites() }()
+		}
+		for range 2 {
+			if s := <-got; !reflect.DeepEqual(s, want) {
+				t.Errorf("%q: Sites() = %v, want %v", pats, s, want)
+			}
+		}
+		offs := make([]uint64, len(want))
+		for i, s := range want {
+			offs[i] = s.Offset
+		}
+		if !slices.Equal(sel.Offsets(), offs) || sel.Len() != len(want) {
+			t.Errorf("%q: Offsets() = %#x (Len %d), want %#x", pats, sel.Offsets(), sel.Len(), offs)
+		}
+	}
+}
