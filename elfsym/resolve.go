@@ -413,42 +413,63 @@ func (r *resolver) hit(i int) *hit { return &r.hits[i/hitChunk][i%hitChunk] }
 
 // add appends a hit for the symbol named name (version ver).
 func (r *resolver) add(h hit, name, ver []byte) {
-	if uint64(len(r.arena))+uint64(len(name))+uint64(len(ver))+2 > math.MaxUint32 {
+	n := nameSize(name, ver)
+	if uint64(len(r.arena))+uint64(n) > math.MaxUint32 {
 		r.overflow = true
 		return
 	}
-	if need := len(r.arena) + len(name) + len(ver) + 2; need > cap(r.arena) {
+	if need := len(r.arena) + n; need > cap(r.arena) {
 		// Double, as append does not for big slices: at its 1.25 it
 		// would allocate five times the final size on the way there.
 		a := make([]byte, len(r.arena), max(2*cap(r.arena), need, 256))
 		copy(a, r.arena)
 		r.arena = a
 	}
-	h.name, h.base = uint32(len(r.arena)), uint32(len(name))
-	r.arena = append(r.arena, name...)
-	if len(ver) > 0 {
-		r.arena = append(r.arena, '@')
-		if h.def {
-			r.arena = append(r.arena, '@')
-		}
-		r.arena = append(r.arena, ver...)
-	}
-	h.full = uint32(len(r.arena)) - h.name
-	// The first chunk starts small and doubles, so that a lookup of a few
-	// names allocates little; the others are allocated whole.
+	at := len(r.arena)
+	r.arena = r.arena[:at+n]
+	h.name, h.base, h.full = uint32(at), uint32(len(name)), uint32(n)
+	putName(r.arena[at:], name, ver, h.def)
+	// A partial last chunk starts small and doubles, so that a lookup of
+	// a few names allocates little; the others are allocated whole.
+	last := len(r.hits) - 1
 	switch {
-	case len(r.hits) == 0:
+	case last < 0:
 		r.hits = append(r.hits, make([]hit, 0, 8))
-	case len(r.hits[len(r.hits)-1]) == hitChunk:
+		last = 0
+	case len(r.hits[last]) == hitChunk:
 		r.hits = append(r.hits, make([]hit, 0, hitChunk))
-	case len(r.hits[0]) == cap(r.hits[0]):
-		c := make([]hit, len(r.hits[0]), 2*cap(r.hits[0]))
-		copy(c, r.hits[0])
-		r.hits[0] = c
+		last++
+	case len(r.hits[last]) == cap(r.hits[last]):
+		c := make([]hit, len(r.hits[last]), min(hitChunk, 2*cap(r.hits[last])))
+		copy(c, r.hits[last])
+		r.hits[last] = c
 	}
-	c := &r.hits[len(r.hits)-1]
-	*c = append(*c, h)
+	r.hits[last] = append(r.hits[last], h)
 	r.n++
+}
+
+// nameSize is how many arena bytes a name takes: the name, then for a
+// versioned one "@VERSION" or "@@VERSION".
+func nameSize(name, ver []byte) int {
+	if len(ver) == 0 {
+		return len(name)
+	}
+	return len(name) + 2 + len(ver)
+}
+
+// putName writes a name as nameSize counts it.
+func putName(dst, name, ver []byte, def bool) {
+	n := copy(dst, name)
+	if len(ver) == 0 {
+		return
+	}
+	dst[n] = '@'
+	n++
+	if def {
+		dst[n] = '@'
+		n++
+	}
+	copy(dst[n:], ver)
 }
 
 // hitAt makes the hit of the function symbol at entry e (index i) of table
@@ -554,39 +575,139 @@ func isDefinedFunc(e []byte) bool {
 		(e[6] != 0 || e[7] != 0) && binary.LittleEndian.Uint64(e[8:16]) != 0
 }
 
-// scan reads every function symbol once and keeps those the patterns select.
-// It is the hot loop of a lookup in a big binary, so it reads raw entries and
-// decodes only candidates.
+// parallelScan is the number of symbols from which scan splits its work
+// between CPUs.
+var parallelScan = 1 << 15 // a variable for tests
+
+// A scanPart is a range of symbol entries that one CPU scans. Entries are
+// numbered across the tables, .symtab first.
+type scanPart struct {
+	lo, hi          int
+	searched, bytes int
+	found           []found // the entries selected, in order
+	hit, arena      int     // where the part's hits and names start
+}
+
+type found struct {
+	entry   uint32
+	pattern int16
+}
+
+// scan reads every function symbol and keeps those the patterns select. It
+// is the hot loop of a lookup in a big binary, so it reads raw entries and
+// decodes only candidates. It works in two passes, each on every CPU over
+// a range of the entries: the first decides which symbols are selected and
+// counts their names' bytes, the second writes their hits and names, each
+// range into its part of storage allocated once, at its exact size.
 func (r *resolver) scan() {
+	if len(r.f.tables) == 0 {
+		if r.f.pclntab != nil {
+			r.scanGo()
+		}
+		return
+	}
+	bases := make([]int, len(r.f.tables)+1)
+	cands := make([]bitmap, len(r.f.tables))
+	for t := range r.f.tables {
+		bases[t+1] = bases[t] + len(r.f.tables[t].syms)/symSize
+		cands[t] = r.m.candidates(r.f.tables[t].strs)
+	}
+	total := bases[len(r.f.tables)]
+	workers := min(runtime.GOMAXPROCS(0), total/parallelScan+1, 8)
+	parts := make([]scanPart, workers)
+	for w := range parts {
+		parts[w].lo, parts[w].hi = total*w/workers, total*(w+1)/workers
+	}
+	each := func(f func(p *scanPart)) {
+		if workers == 1 {
+			f(&parts[0])
+			return
+		}
+		var wg sync.WaitGroup
+		for w := range parts {
+			wg.Go(func() { f(&parts[w]) })
+		}
+		wg.Wait()
+	}
+	each(func(p *scanPart) { r.find(p, bases, cands) })
+	n, bytes := 0, 0
+	for w := range parts {
+		p := &parts[w]
+		p.hit, p.arena = n, bytes
+		n, bytes, r.searched = n+len(p.found), bytes+p.bytes, r.searched+p.searched
+	}
+	if n == 0 {
+		return
+	}
+	if uint64(bytes) > math.MaxUint32 {
+		r.overflow = true
+		return
+	}
+	r.arena = make([]byte, bytes)
+	r.hits = make([][]hit, (n+hitChunk-1)/hitChunk)
+	for c := range r.hits {
+		r.hits[c] = make([]hit, min(hitChunk, n-c*hitChunk))
+	}
+	r.n = n
+	each(func(p *scanPart) { r.collect(p, bases) })
+}
+
+// find is scan's first pass over part p.
+func (r *resolver) find(p *scanPart, bases []int, cands []bitmap) {
 	le := binary.LittleEndian
 	for t := range r.f.tables {
-		syms, strs := r.f.tables[t].syms, r.f.tables[t].strs
-		cand := r.m.candidates(strs)
-		for i := 0; i+symSize <= len(syms); i += symSize {
-			e := syms[i : i+symSize : i+symSize]
+		tab := &r.f.tables[t]
+		cand := cands[t]
+		lo, hi := max(p.lo, bases[t])-bases[t], min(p.hi, bases[t+1])-bases[t]
+		for i := lo; i < hi; i++ {
+			e := tab.syms[i*symSize : i*symSize+symSize : i*symSize+symSize]
 			if !isDefinedFunc(e) {
 				continue
 			}
-			r.searched++
+			p.searched++
 			if off := le.Uint32(e[0:4]); cand != nil {
 				if !cand.has(off) {
 					continue
 				}
-			} else if r.m.rejectByPrefix(strs, off) {
+			} else if r.m.rejectByPrefix(tab.strs, off) {
 				continue
 			}
-			name, ver, def := r.nameAt(t, i/symSize, le.Uint32(e[0:4]))
-			p := r.m.matches(name, ver, def)
-			if p < 0 {
+			name, ver, def := r.nameAt(t, i, le.Uint32(e[0:4]))
+			pat := r.m.matches(name, ver, def)
+			if pat < 0 {
 				continue
 			}
-			if off, ok := r.f.FileOffset(le.Uint64(e[8:16])); ok {
-				r.add(hitAt(t, i/symSize, e, off, p, def), name, ver)
+			if _, ok := r.f.FileOffset(le.Uint64(e[8:16])); ok {
+				if len(p.found) == cap(p.found) {
+					// Doubling; see add.
+					p.found = append(make([]found, 0, max(64, 2*cap(p.found))), p.found...)
+				}
+				p.found = append(p.found, found{entry: uint32(bases[t] + i), pattern: int16(pat)})
+				p.bytes += nameSize(name, ver)
 			}
 		}
 	}
-	if len(r.f.tables) == 0 && r.f.pclntab != nil {
-		r.scanGo()
+}
+
+// collect is scan's second pass over part p.
+func (r *resolver) collect(p *scanPart, bases []int) {
+	le := binary.LittleEndian
+	h, at, t := p.hit, p.arena, 0
+	for _, fd := range p.found {
+		g := int(fd.entry)
+		for g >= bases[t+1] {
+			t++
+		}
+		i := g - bases[t]
+		e := r.f.tables[t].syms[i*symSize : i*symSize+symSize : i*symSize+symSize]
+		name, ver, def := r.nameAt(t, i, le.Uint32(e[0:4]))
+		off, _ := r.f.FileOffset(le.Uint64(e[8:16]))
+		hp := r.hit(h)
+		*hp = hitAt(t, i, e, off, int(fd.pattern), def)
+		size := nameSize(name, ver)
+		hp.name, hp.base, hp.full = uint32(at), uint32(len(name)), uint32(size)
+		putName(r.arena[at:at+size], name, ver, def)
+		h, at = h+1, at+size
 	}
 }
 

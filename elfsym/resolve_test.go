@@ -410,10 +410,10 @@ func TestExecutableMappings(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// TestParallelFinish checks that building sites on several CPUs gives what
-// building them on one does, including where checkExact drops a weak
-// definition and leaves a gap in a worker's part.
-func TestParallelFinish(t *testing.T) {
+// TestParallel checks that scanning symbols and building sites on several
+// CPUs gives what doing it on one does, including where checkExact drops a
+// weak definition and leaves a gap in a worker's part of the sites.
+func TestParallel(t *testing.T) {
 	fx := buildFixtures(t)
 	patterns := [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "!func_beta"}, {"*", "!*a*"}}
 	for _, bin := range []string{fx.pie, fx.nopie, fx.lib} {
@@ -425,12 +425,15 @@ func TestParallelFinish(t *testing.T) {
 		for _, pats := range patterns {
 			want, werr := f.Resolve(pats...)
 			func() {
-				defer func(n, procs int) { parallelSites = n; runtime.GOMAXPROCS(procs) }(parallelSites, runtime.GOMAXPROCS(4))
+				defer func(sites, scan, procs int) {
+					parallelSites, parallelScan = sites, scan
+					runtime.GOMAXPROCS(procs)
+				}(parallelSites, parallelScan, runtime.GOMAXPROCS(4))
 				for _, n := range []int{1, 2, 3} {
-					parallelSites = n
+					parallelSites, parallelScan = n, n
 					got, err := f.Resolve(pats...)
 					if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-						t.Errorf("%s %q, parallel from %d sites:\n got %v, %v\nwant %v, %v", filepath.Base(bin), pats, n, got, err, want, werr)
+						t.Errorf("%s %q, parallel from %d:\n got %v, %v\nwant %v, %v", filepath.Base(bin), pats, n, got, err, want, werr)
 					}
 				}
 			}()
