@@ -407,6 +407,23 @@ type resolver struct {
 	// the last hit is in (finish).
 	arena    []byte
 	overflow bool // the names exceed what a hit's uint32 offsets address
+	// parts are scan's ranges of entries, numbered from bases[t] in table
+	// t, which the alias pass walks again.
+	parts []scanPart
+	bases []int
+}
+
+// each runs f for every part, on a goroutine each if there are several.
+func (r *resolver) each(f func(p *scanPart)) {
+	if len(r.parts) == 1 {
+		f(&r.parts[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range r.parts {
+		wg.Go(func() { f(&r.parts[w]) })
+	}
+	wg.Wait()
 }
 
 func (r *resolver) hit(i int) *hit { return &r.hits[i/hitChunk][i%hitChunk] }
@@ -584,8 +601,9 @@ var parallelScan = 1 << 15 // a variable for tests
 type scanPart struct {
 	lo, hi          int
 	searched, bytes int
-	found           []found // the entries selected, in order
-	hit, arena      int     // where the part's hits and names start
+	found           []found  // the entries selected, in order
+	hit, arena      int      // where the part's hits and names start
+	aliases         []uint32 // entries at selected offsets, not selected
 }
 
 type found struct {
@@ -618,18 +636,8 @@ func (r *resolver) scan() {
 	for w := range parts {
 		parts[w].lo, parts[w].hi = total*w/workers, total*(w+1)/workers
 	}
-	each := func(f func(p *scanPart)) {
-		if workers == 1 {
-			f(&parts[0])
-			return
-		}
-		var wg sync.WaitGroup
-		for w := range parts {
-			wg.Go(func() { f(&parts[w]) })
-		}
-		wg.Wait()
-	}
-	each(func(p *scanPart) { r.find(p, bases, cands) })
+	r.parts, r.bases = parts, bases
+	r.each(func(p *scanPart) { r.find(p, bases, cands) })
 	n, bytes := 0, 0
 	for w := range parts {
 		p := &parts[w]
@@ -649,7 +657,7 @@ func (r *resolver) scan() {
 		r.hits[c] = make([]hit, min(hitChunk, n-c*hitChunk))
 	}
 	r.n = n
-	each(func(p *scanPart) { r.collect(p, bases) })
+	r.each(func(p *scanPart) { r.collect(p, bases) })
 }
 
 // find is scan's first pass over part p.
@@ -787,19 +795,25 @@ func radixSort(keys []uint64, offBits int) {
 		slices.Sort(keys)
 		return
 	}
-	const digit = 11
+	// Digits of up to 12 bits keep the counts in 32 KiB, within a core's
+	// L1 or L2 cache; a binary under 16 MiB takes two passes.
+	const maxDigit = 12
+	passes := max(1, (offBits+maxDigit-1)/maxDigit)
+	digit := (offBits + passes - 1) / passes
+	mask := uint64(1)<<digit - 1
+	count := make([]int, 1<<maxDigit+1)
 	tmp := make([]uint64, len(keys))
 	src, dst := keys, tmp
 	for shift := keyBits; shift < keyBits+offBits; shift += digit {
-		var count [1<<digit + 1]int
+		clear(count)
 		for _, k := range src {
-			count[(k>>shift)&(1<<digit-1)+1]++
+			count[(k>>shift)&mask+1]++
 		}
 		for i := 1; i < len(count); i++ {
 			count[i] += count[i-1]
 		}
 		for _, k := range src {
-			d := (k >> shift) & (1<<digit - 1)
+			d := (k >> shift) & mask
 			dst[count[d]] = k
 			count[d]++
 		}
@@ -846,39 +860,44 @@ func (r *resolver) aliases() {
 	for i := range selected {
 		values.add(r.hit(i).value)
 	}
-	// The hits are in table and index order: the walk skips them as it
-	// meets them. skipT and skipI are the next one's.
-	next, skipT, skipI := 0, -1, -1
-	advance := func() {
-		if next < selected {
-			h := r.hit(next)
-			skipT, skipI = int(h.table), int(h.index)
-		} else {
-			skipT = -1
+	// Each part walks its entries again, skipping those it selected.
+	r.each(func(p *scanPart) {
+		le := binary.LittleEndian
+		next := 0
+		for t := range r.f.tables {
+			tab := &r.f.tables[t]
+			lo, hi := max(p.lo, r.bases[t])-r.bases[t], min(p.hi, r.bases[t+1])-r.bases[t]
+			for i := lo; i < hi; i++ {
+				if next < len(p.found) && int(p.found[next].entry) == r.bases[t]+i {
+					next++
+					continue
+				}
+				e := tab.syms[i*symSize : i*symSize+symSize : i*symSize+symSize]
+				if !isDefinedFunc(e) || !values.mayHave(le.Uint64(e[8:16])) {
+					continue
+				}
+				off, ok := r.f.FileOffset(le.Uint64(e[8:16]))
+				if !ok {
+					continue
+				}
+				if _, found := slices.BinarySearch(r.offsets, off); found {
+					p.aliases = append(p.aliases, uint32(r.bases[t]+i))
+				}
+			}
 		}
-	}
-	advance()
+	})
 	le := binary.LittleEndian
-	for t := range r.f.tables {
-		syms := r.f.tables[t].syms
-		for i := 0; i+symSize <= len(syms); i += symSize {
-			if t == skipT && i/symSize == skipI {
-				next++
-				advance()
-				continue
+	for w := range r.parts {
+		t := 0
+		for _, g := range r.parts[w].aliases {
+			for int(g) >= r.bases[t+1] {
+				t++
 			}
-			e := syms[i : i+symSize : i+symSize]
-			if !isDefinedFunc(e) || !values.mayHave(le.Uint64(e[8:16])) {
-				continue
-			}
-			off, ok := r.f.FileOffset(le.Uint64(e[8:16]))
-			if !ok {
-				continue
-			}
-			if _, found := slices.BinarySearch(r.offsets, off); found {
-				name, ver, def := r.nameAt(t, i/symSize, le.Uint32(e[0:4]))
-				r.add(hitAt(t, i/symSize, e, off, -1, def), name, ver)
-			}
+			i := int(g) - r.bases[t]
+			e := r.f.tables[t].syms[i*symSize : i*symSize+symSize : i*symSize+symSize]
+			off, _ := r.f.FileOffset(le.Uint64(e[8:16]))
+			name, ver, def := r.nameAt(t, i, le.Uint32(e[0:4]))
+			r.add(hitAt(t, i, e, off, -1, def), name, ver)
 		}
 	}
 	if r.n > selected {

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"errors"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -475,6 +476,28 @@ func TestSelect(t *testing.T) {
 		}
 		if !slices.Equal(sel.Offsets(), offs) || sel.Len() != len(want) {
 			t.Errorf("%q: Offsets() = %#x (Len %d), want %#x", pats, sel.Offsets(), sel.Len(), offs)
+		}
+	}
+}
+
+// TestRadixSort checks the key sort against a comparison sort for offsets
+// of every width a file can have, with ties, which must keep index order.
+func TestRadixSort(t *testing.T) {
+	for _, tt := range []struct{ n, offBits int }{{300, 1}, {1000, 11}, {5000, 13}, {5000, 24}, {20000, 25}, {3000, 39}} {
+		rng := rand.New(rand.NewPCG(uint64(tt.n), uint64(tt.offBits)))
+		keys := make([]uint64, tt.n)
+		for i := range keys {
+			off := rng.Uint64N(1 << tt.offBits)
+			if i > 0 && rng.IntN(4) == 0 { // a tie with the previous key
+				off = keys[i-1] >> keyBits
+			}
+			keys[i] = off<<keyBits | uint64(i)
+		}
+		want := slices.Clone(keys)
+		slices.Sort(want)
+		radixSort(keys, tt.offBits)
+		if !slices.Equal(keys, want) {
+			t.Errorf("n=%d offBits=%d: radixSort differs from slices.Sort", tt.n, tt.offBits)
 		}
 	}
 }
