@@ -109,3 +109,62 @@ func BenchmarkAttach(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAttachRatio alternates, in every iteration, one multiprobe
+// attach and detach (resolution included) with one cilium UprobeMulti by
+// names, so that both see the same machine: on a noisy one, separate runs
+// drift more than the difference. It reports each side's attach time
+// (without the detach), whole cycle, and their ratios, multiprobe over
+// cilium:
+//
+//	go test -run='^$' -bench=AttachRatio -count=10 . | tee /tmp/r.txt; benchstat /tmp/r.txt
+func BenchmarkAttachRatio(b *testing.B) {
+	testutil.RequireBPF(b)
+	c, err := testprogs.LoadCounter(kernelprobe.PathUprobeMulti)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for _, n := range []int{1000, 10_000, 100_000} {
+		target := testprogs.BuildTarget(b, n)
+		names := make([]string, n)
+		for i := range names {
+			names[i] = testprogs.FuncName(i)
+		}
+		probes, err := multiprobe.ParseProbes("uprobe:" + target + ":func_*")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("sites=%d", n), func(b *testing.B) {
+			var mpAttach, mpCycle, ciAttach, ciCycle time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				l, err := multiprobe.Attach(c.CountEntry, probes, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				mpAttach += time.Since(t0)
+				l.Close()
+				mpCycle += time.Since(t0)
+
+				t0 = time.Now()
+				ex, err := link.OpenExecutable(target)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cl, err := ex.UprobeMulti(names, c.CountEntry, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ciAttach += time.Since(t0)
+				cl.Close()
+				ciCycle += time.Since(t0)
+			}
+			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
+			b.ReportMetric(ms(mpAttach), "mp-attach-ms")
+			b.ReportMetric(ms(ciAttach), "cilium-attach-ms")
+			b.ReportMetric(float64(mpAttach)/float64(ciAttach), "attach-ratio")
+			b.ReportMetric(float64(mpCycle)/float64(ciCycle), "cycle-ratio")
+		})
+	}
+}
