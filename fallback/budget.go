@@ -3,9 +3,9 @@ package fallback
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +24,7 @@ var rlimitMu sync.Mutex
 // raises the soft RLIMIT_NOFILE up to the hard limit if the current soft
 // limit is too low, and fails with ErrFDBudget if even the hard limit is.
 func ensureFDs(need int) error {
-	open, err := openFDs()
+	open, err := fds.Count()
 	if err != nil {
 		return fmt.Errorf("fallback: counting open file descriptors: %w", err)
 	}
@@ -49,17 +49,4 @@ func ensureFDs(need int) error {
 		return fmt.Errorf("fallback: raising the soft RLIMIT_NOFILE to %d for %d file descriptors: %w", lim.Max, need, err)
 	}
 	return nil
-}
-
-func openFDs() (int, error) {
-	d, err := os.Open("/proc/self/fd")
-	if err != nil {
-		return 0, err
-	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return 0, err
-	}
-	return len(names), nil
 }

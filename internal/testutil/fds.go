@@ -1,14 +1,7 @@
 package testutil
 
-import "os"
+import "github.com/multiprobe/multiprobe/internal/fds"
 
 // OpenFDs returns how many file descriptors this process has open, so that a
 // test can check that a Close released everything.
-func OpenFDs() (int, error) {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return 0, err
-	}
-	// ReadDir itself held one descriptor on the directory while listing it.
-	return len(ents) - 1, nil
-}
+func OpenFDs() (int, error) { return fds.Count() }
