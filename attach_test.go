@@ -618,3 +618,68 @@ func testCookiesAcrossProbes(t *testing.T, f kernelprobe.Features) {
 		}
 	}
 }
+
+// TestSession attaches a uprobe session program through the root package:
+// it must run at every site's entry and return, and see the return value,
+// and the specs and paths that cannot be sessions must be refused.
+func TestSession(t *testing.T) {
+	all := paths(t)
+	native := all[0]
+	testutil.RequireKernelFeature(t, native.UprobeSession, "uprobe sessions")
+	s, err := testprogs.LoadSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n, calls = 50, 2
+	target := testprogs.PrivateTarget(t, n)
+	l, err := multiprobe.Attach(s.CountSession, mustParse(t, "uprobe:"+target+":func_*"),
+		&multiprobe.Options{Session: true, Features: &native})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	runTarget(t, target, calls)
+	sites := l.Sites()
+	entries, _ := testprogs.ReadArray(s.Entries, len(sites))
+	returns, _ := testprogs.ReadArray(s.Returns, len(sites))
+	values, err := testprogs.ReadArray(s.Values, len(sites))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cookie, site := range sites {
+		i := funcIndex(t, site.Name)
+		k := uint64(testprogs.ExpectedCalls(i, calls))
+		if entries[cookie] != k || returns[cookie] != k || values[cookie] != testprogs.ExpectedReturn(i, k-1) {
+			t.Errorf("%s: %d entries, %d returns, last value %d; want %d, %d, %d", site.Name,
+				entries[cookie], returns[cookie], values[cookie], k, k, testprogs.ExpectedReturn(i, k-1))
+		}
+	}
+
+	perfEvent := native
+	perfEvent.UprobeMulti, perfEvent.UprobeMultiPIDFilter, perfEvent.UprobeSession = false, false, false
+	noSession := native
+	noSession.UprobeSession = false
+	for _, tt := range []struct {
+		name     string
+		spec     string
+		features kernelprobe.Features
+		want     error
+	}{
+		{"uretprobe", "uretprobe:" + target + ":func_*", native, multiprobe.ErrBadSpec},
+		{"usdt", "usdt:" + testprogs.USDTTarget(t) + ":*:*", native, multiprobe.ErrBadSpec},
+		{"perf-event path", "uprobe:" + target + ":func_*", perfEvent, attach.ErrSessionUnsupported},
+		{"kernel before 6.13", "uprobe:" + target + ":func_*", noSession, attach.ErrSessionUnsupported},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := multiprobe.Attach(s.CountSession, mustParse(t, tt.spec), &multiprobe.Options{Session: true, Features: &tt.features})
+			if err == nil {
+				l.Close()
+				t.Fatal("attach succeeded")
+			}
+			if !errors.Is(err, tt.want) {
+				t.Errorf("error %q, want %v", err, tt.want)
+			}
+		})
+	}
+}

@@ -78,6 +78,14 @@ type Options struct {
 	// program without mp_usdt_specs attach with plain cookies and no
 	// arguments.
 	Maps map[string]*ebpf.Map
+	// Session attaches the uprobe specs' sites as uprobe sessions (Linux
+	// 6.13+): prog, loaded from a SEC("uprobe.session") section, runs at
+	// each site's entry and, if it returned 0 there, at the site's return.
+	// Sessions exist only on the uprobe_multi path: with the perf-event
+	// path, or on an older kernel, Attach fails with an error wrapping
+	// attach.ErrSessionUnsupported. uretprobe and usdt specs cannot be
+	// sessions.
+	Session bool
 }
 
 // A Link is a program attached to the sites of a set of probes.
@@ -103,6 +111,9 @@ func Attach(prog *ebpf.Program, probes []Probe, opts *Options) (*Link, error) {
 	}
 	opts, features, err := setup(opts)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkSession(opts, func(i int) *Probe { return pl.probes[i].probe }, len(pl.probes)); err != nil {
 		return nil, err
 	}
 	if pl.usdt || features.Path() != kernelprobe.PathUprobeMulti {
@@ -140,6 +151,9 @@ func AttachSites(prog *ebpf.Program, sites []Site, opts *Options) (*Link, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSession(opts, func(i int) *Probe { return sites[i].Probe }, len(sites)); err != nil {
+		return nil, err
+	}
 	return attachSites(prog, sites, opts, features)
 }
 
@@ -162,7 +176,27 @@ func setup(opts *Options) (*Options, *kernelprobe.Features, error) {
 			return nil, nil, err
 		}
 	}
+	if opts.Session && (features.Path() != kernelprobe.PathUprobeMulti || !features.UprobeSession) {
+		return nil, nil, fmt.Errorf("multiprobe: kernel %s, %s path: %w; attach entry and return probes instead",
+			features.Release, features.Path(), attach.ErrSessionUnsupported)
+	}
 	return opts, features, nil
+}
+
+// checkSession refuses probes that cannot be sessions: a return probe
+// (a session runs at the return already) and a USDT site, which is not a
+// function's entry, so the kernel's return probe would take whatever is at
+// the stack pointer there for the return address.
+func checkSession(opts *Options, probe func(i int) *Probe, n int) error {
+	if !opts.Session {
+		return nil
+	}
+	for i := range n {
+		if p := probe(i); p.Kind != Entry {
+			return fmt.Errorf("%w: %s with Options.Session: only uprobe specs can be sessions", ErrBadSpec, p)
+		}
+	}
+	return nil
 }
 
 func attachSites(prog *ebpf.Program, sites []Site, opts *Options, features *kernelprobe.Features) (*Link, error) {
@@ -203,6 +237,7 @@ func (l *Link) attachTargets(prog *ebpf.Program, opts *Options, features *kernel
 		if l.path == kernelprobe.PathUprobeMulti {
 			al, err := attach.UprobeMulti(prog, targets, &attach.Options{
 				Return:   kind == Return,
+				Session:  opts.Session,
 				PID:      kernelPID,
 				Features: features,
 			})
