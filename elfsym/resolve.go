@@ -279,32 +279,66 @@ func (m *matcher) candidates(strs []byte) bitmap {
 	if prefixed {
 		return nil
 	}
-	b := make(bitmap, (len(strs)+63)/64)
-	for i := range m.incl {
-		needle := m.incl[i].name.Needle()
-		// bytes.Index skips ahead to the needle's first byte; '_' or a
-		// lowercase letter there would stop it at nearly every name, so
-		// search from the needle's rarest-looking byte and check the
-		// bytes before it.
-		k := anchor(needle)
-		for at := k; at < len(strs); {
-			j := bytes.Index(strs[at:], needle[k:])
-			if j < 0 {
-				break
+	// Each CPU searches a range of the table into a bitmap of its own: a
+	// name found near a range's start may begin in the range before.
+	workers := min(runtime.GOMAXPROCS(0), len(strs)/parallelStrings+1, 8)
+	maps := make([]bitmap, workers)
+	var wg sync.WaitGroup
+	for w := range maps {
+		maps[w] = make(bitmap, (len(strs)+63)/64)
+		lo, hi := len(strs)*w/workers, len(strs)*(w+1)/workers
+		search := func() {
+			for i := range m.incl {
+				markNeedle(maps[w], strs, m.incl[i].name.Needle(), lo, hi)
 			}
-			p := at + j - k
-			at += j + 1
-			if !bytes.Equal(strs[p:p+k], needle[:k]) {
-				continue
-			}
-			// Every name starting between the enclosing string's start
-			// and the match contains the needle: the linker may point a
-			// symbol into the middle of another's name (tail merging).
-			start := bytes.LastIndexByte(strs[:p], 0) + 1
-			b.setRange(start, p)
+		}
+		if workers == 1 {
+			search()
+		} else {
+			wg.Go(search)
 		}
 	}
-	return b
+	wg.Wait()
+	for _, o := range maps[1:] {
+		for i, word := range o {
+			maps[0][i] |= word
+		}
+	}
+	return maps[0]
+}
+
+// parallelStrings is the string table size from which candidates splits
+// its search between CPUs.
+var parallelStrings = 1 << 20 // a variable for tests
+
+// markNeedle marks in b the names of strs that contain needle at a position
+// from lo to hi.
+func markNeedle(b bitmap, strs, needle []byte, lo, hi int) {
+	// bytes.Index skips ahead to the needle's first byte; '_' or a
+	// lowercase letter there would stop it at nearly every name, so
+	// search from the needle's rarest-looking byte and check the bytes
+	// before it.
+	k := anchor(needle)
+	end := min(len(strs), hi+len(needle)-1)
+	for at := lo + k; at < end; {
+		j := bytes.Index(strs[at:end], needle[k:])
+		if j < 0 {
+			return
+		}
+		p := at + j - k
+		at += j + 1
+		if p >= hi {
+			return
+		}
+		if !bytes.Equal(strs[p:p+k], needle[:k]) {
+			continue
+		}
+		// Every name starting between the enclosing string's start and
+		// the match contains the needle: the linker may point a symbol
+		// into the middle of another's name (tail merging).
+		start := bytes.LastIndexByte(strs[:p], 0) + 1
+		b.setRange(start, p)
+	}
 }
 
 // anchor returns the index of the byte of needle least likely to be common

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -416,7 +417,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // weak definition and leaves a gap in a worker's part of the sites.
 func TestParallel(t *testing.T) {
 	fx := buildFixtures(t)
-	patterns := [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "!func_beta"}, {"*", "!*a*"}}
+	patterns := [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "!func_beta"}, {"*", "!*a*"}, {"*et_*"}, {"*_*a*", "*var"}}
 	for _, bin := range []string{fx.pie, fx.nopie, fx.lib} {
 		f, err := Open(bin)
 		if err != nil {
@@ -426,12 +427,12 @@ func TestParallel(t *testing.T) {
 		for _, pats := range patterns {
 			want, werr := f.Resolve(pats...)
 			func() {
-				defer func(sites, scan, procs int) {
-					parallelSites, parallelScan = sites, scan
+				defer func(sites, scan, strs, procs int) {
+					parallelSites, parallelScan, parallelStrings = sites, scan, strs
 					runtime.GOMAXPROCS(procs)
-				}(parallelSites, parallelScan, runtime.GOMAXPROCS(4))
-				for _, n := range []int{1, 2, 3} {
-					parallelSites, parallelScan = n, n
+				}(parallelSites, parallelScan, parallelStrings, runtime.GOMAXPROCS(4))
+				for _, n := range []int{1, 2, 3, 7} {
+					parallelSites, parallelScan, parallelStrings = n, n, n
 					got, err := f.Resolve(pats...)
 					if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
 						t.Errorf("%s %q, parallel from %d:\n got %v, %v\nwant %v, %v", filepath.Base(bin), pats, n, got, err, want, werr)
@@ -498,6 +499,31 @@ func TestRadixSort(t *testing.T) {
 		radixSort(keys, tt.offBits)
 		if !slices.Equal(keys, want) {
 			t.Errorf("n=%d offBits=%d: radixSort differs from slices.Sort", tt.n, tt.offBits)
+		}
+	}
+}
+
+// TestMarkNeedleSplit checks that searching a string table in two ranges
+// marks what searching it whole does, wherever the split falls: in a
+// needle, in a name, at a NUL.
+func TestMarkNeedleSplit(t *testing.T) {
+	strs := []byte("\x00")
+	for i := range 40 {
+		strs = append(strs, fmt.Sprintf("mod%d_func_%03d\x00x_func_0%d\x00", i%3, i, i)...)
+	}
+	for _, needle := range []string{"_func_0", "func_01", "d1_f", "_0"} {
+		whole := make(bitmap, (len(strs)+63)/64)
+		markNeedle(whole, strs, []byte(needle), 0, len(strs))
+		if slices.Equal(whole, make(bitmap, len(whole))) {
+			t.Fatalf("%q: nothing found", needle)
+		}
+		for split := 1; split < len(strs); split++ {
+			b := make(bitmap, len(whole))
+			markNeedle(b, strs, []byte(needle), 0, split)
+			markNeedle(b, strs, []byte(needle), split, len(strs))
+			if !slices.Equal(b, whole) {
+				t.Fatalf("%q split at %d: marks differ from one search", needle, split)
+			}
 		}
 	}
 }
