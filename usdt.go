@@ -58,43 +58,59 @@ func resolveUSDT(path string, p *Probe) ([]Site, error) {
 
 // specTables holds one usdt.SpecTable per spec map, shared by every Link
 // that uses the map, so that equal specs share an id and an id freed by
-// one Link's Close is reused by the next attach.
+// one Link's Close is reused by the next attach. A map is known by its
+// kernel ID, so that two handles to it (a pinned map opened twice, a
+// Clone) share one id space; the table writes through a handle of its own.
 var specTables struct {
 	sync.Mutex
-	m map[*ebpf.Map]*specTable
+	m map[any]*specTable // by ebpf.MapID, or by handle without IDs (before 4.13)
 }
 
 type specTable struct {
 	*usdt.SpecTable
+	key   any
+	m     *ebpf.Map
 	users int
 }
 
-func acquireSpecTable(m *ebpf.Map) *specTable {
+func acquireSpecTable(m *ebpf.Map) (*specTable, error) {
+	var key any = m
+	if info, err := m.Info(); err == nil {
+		if id, ok := info.ID(); ok {
+			key = id
+		}
+	}
 	specTables.Lock()
 	defer specTables.Unlock()
 	if specTables.m == nil {
-		specTables.m = map[*ebpf.Map]*specTable{}
+		specTables.m = map[any]*specTable{}
 	}
-	t := specTables.m[m]
+	t := specTables.m[key]
 	if t == nil {
-		t = &specTable{SpecTable: usdt.NewSpecTable(m.MaxEntries(), func(id uint32, s *usdt.Spec) error {
+		own, err := m.Clone()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", usdt.SpecMapName, err)
+		}
+		t = &specTable{key: key, m: own}
+		t.SpecTable = usdt.NewSpecTable(own.MaxEntries(), func(id uint32, s *usdt.Spec) error {
 			b, err := s.MarshalBinary()
 			if err != nil {
 				return err
 			}
-			return m.Put(id, b)
-		})}
-		specTables.m[m] = t
+			return own.Put(id, b)
+		})
+		specTables.m[key] = t
 	}
 	t.users++
-	return t
+	return t, nil
 }
 
-func releaseSpecTable(m *ebpf.Map, t *specTable) {
+func releaseSpecTable(t *specTable) {
 	specTables.Lock()
 	defer specTables.Unlock()
 	if t.users--; t.users == 0 {
-		delete(specTables.m, m)
+		delete(specTables.m, t.key)
+		t.m.Close()
 	}
 }
 
@@ -135,7 +151,11 @@ func prepareUSDT(sites []Site, opts *Options, haveCookies bool) (cookies []uint6
 	for i, s := range sites {
 		cookies[i] = s.Cookie
 	}
-	st = &usdtState{specs: specs, table: acquireSpecTable(specs), ips: ips}
+	table, err := acquireSpecTable(specs)
+	if err != nil {
+		return nil, nil, err
+	}
+	st = &usdtState{specs: specs, table: table, ips: ips}
 	defer func() {
 		if err != nil {
 			st.release()
@@ -194,6 +214,6 @@ func (st *usdtState) release() {
 	for _, id := range st.ids {
 		st.table.Release(id)
 	}
-	releaseSpecTable(st.specs, st.table)
+	releaseSpecTable(st.table)
 	st.ids, st.keys = nil, nil
 }

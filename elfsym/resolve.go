@@ -418,9 +418,9 @@ type hit struct {
 func (h *hit) bind() elf.SymBind { return elf.SymBind(h.info >> 4) }
 func (h *hit) typ() elf.SymType  { return elf.SymType(h.info & 0xf) }
 
-// hitChunk is how many hits one allocation holds: hits are appended in
-// chunks rather than to one slice, which would copy 100,000 of them
-// several times while it grows.
+// hitChunk is how many hits one allocation holds. Hits live in chunks, so
+// that the aliases appended after the scan's exactly sized allocation do
+// not copy 100,000 hits into a grown slice.
 const hitChunk = 1 << 12
 
 type resolver struct {
@@ -428,11 +428,11 @@ type resolver struct {
 	m        *matcher
 	searched int
 	// hits are the selected symbols, in table and index order, then the
-	// aliases the group pass adds.
+	// aliases the alias pass adds.
 	hits [][]hit
 	n    int
 	// keys are the hits sorted by offset, ties in hit order (selected
-	// before aliases); see key.
+	// before aliases); see keyBits.
 	keys    []uint64
 	packed  bool
 	offsets []uint64 // the selected file offsets, sorted and unique
