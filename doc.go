@@ -9,7 +9,10 @@
 // kernelprobe which attach path the running kernel supports, and attaches
 // the program to every site through one uprobe_multi link per binary and
 // kind (package attach). Each site gets a BPF cookie, its index in
-// [Link.Sites], so a program can count per site in an array map.
+// [Link.Sites], so a program can count per site in an array map. On that
+// path Attach gives the kernel the sites' offsets as soon as they are known
+// and builds the Sites on another CPU while the kernel installs the probes.
+// Options.Session attaches uprobe sessions (Linux 6.13+) instead.
 //
 // Programs must be loaded for the chosen path: pass their specs through
 // kernelprobe.PrepareProgramSpec (or PrepareCollectionSpec) before loading.

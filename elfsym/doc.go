@@ -12,7 +12,10 @@
 // The symbol tables are read in place from a memory-mapped file and names
 // are compared as bytes, so resolving a handful of functions in a binary of
 // hundreds of thousands of symbols touches only the symbol and string
-// tables and allocates only for the sites it returns.
+// tables and allocates only for the sites it returns. A big lookup spreads
+// its passes over the tables, and the building of its sites, across CPUs;
+// [File.Select] returns the sites' offsets before their Sites are built, so
+// that a caller can hand them to the kernel meanwhile.
 //
 // Patterns follow internal/glob: '*', '?', '[abc]', '[a-z]', '[!x]', where
 // '*' crosses '/', '.' and "::" so that Go and C++ names match naturally. A
