@@ -35,15 +35,7 @@ func BenchmarkAttach(b *testing.B) {
 	defer perSite.Close()
 
 	for _, n := range []int{1000, 10_000, 100_000} {
-		target := testprogs.BuildTarget(b, n)
-		names := make([]string, n)
-		for i := range names {
-			names[i] = testprogs.FuncName(i)
-		}
-		probes, err := multiprobe.ParseProbes("uprobe:" + target + ":func_*")
-		if err != nil {
-			b.Fatal(err)
-		}
+		target, names, probes := benchTarget(b, n)
 		b.Run(fmt.Sprintf("sites=%d/impl=multiprobe", n), func(b *testing.B) {
 			fds := 0
 			var attach time.Duration
@@ -126,15 +118,7 @@ func BenchmarkAttachRatio(b *testing.B) {
 	}
 	defer c.Close()
 	for _, n := range []int{1000, 10_000, 100_000} {
-		target := testprogs.BuildTarget(b, n)
-		names := make([]string, n)
-		for i := range names {
-			names[i] = testprogs.FuncName(i)
-		}
-		probes, err := multiprobe.ParseProbes("uprobe:" + target + ":func_*")
-		if err != nil {
-			b.Fatal(err)
-		}
+		target, names, probes := benchTarget(b, n)
 		b.Run(fmt.Sprintf("sites=%d", n), func(b *testing.B) {
 			var mpAttach, mpCycle, ciAttach, ciCycle time.Duration
 			mp := func() {
@@ -182,4 +166,19 @@ func BenchmarkAttachRatio(b *testing.B) {
 			b.ReportMetric(float64(mpCycle)/float64(ciCycle), "cycle-ratio")
 		})
 	}
+}
+
+// benchTarget builds a target of n functions and returns it with the names
+// of its functions, for cilium, and the probe that selects them by a glob.
+func benchTarget(b *testing.B, n int) (target string, names []string, probes []multiprobe.Probe) {
+	target = testprogs.BuildTarget(b, n)
+	names = make([]string, n)
+	for i := range names {
+		names[i] = testprogs.FuncName(i)
+	}
+	probes, err := multiprobe.ParseProbes("uprobe:" + target + ":func_*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return target, names, probes
 }
