@@ -464,7 +464,7 @@ func (r *resolver) hit(i int) *hit { return &r.hits[i/hitChunk][i%hitChunk] }
 
 // add appends a hit for the symbol named name (version ver).
 func (r *resolver) add(h hit, name, ver []byte) {
-	n := nameSize(name, ver)
+	n := nameSize(name, ver, h.def)
 	if uint64(len(r.arena))+uint64(n) > math.MaxUint32 {
 		r.overflow = true
 		return
@@ -501,11 +501,14 @@ func (r *resolver) add(h hit, name, ver []byte) {
 
 // nameSize is how many arena bytes a name takes: the name, then for a
 // versioned one "@VERSION" or "@@VERSION".
-func nameSize(name, ver []byte) int {
-	if len(ver) == 0 {
+func nameSize(name, ver []byte, def bool) int {
+	switch {
+	case len(ver) == 0:
 		return len(name)
+	case def:
+		return len(name) + 2 + len(ver)
 	}
-	return len(name) + 2 + len(ver)
+	return len(name) + 1 + len(ver)
 }
 
 // putName writes a name as nameSize counts it.
@@ -725,7 +728,7 @@ func (r *resolver) find(p *scanPart, bases []int, cands []bitmap) {
 					p.found = append(make([]found, 0, max(64, 2*cap(p.found))), p.found...)
 				}
 				p.found = append(p.found, found{entry: uint32(bases[t] + i), pattern: int16(pat)})
-				p.bytes += nameSize(name, ver)
+				p.bytes += nameSize(name, ver, def)
 			}
 		}
 	}
@@ -746,7 +749,7 @@ func (r *resolver) collect(p *scanPart, bases []int) {
 		off, _ := r.f.FileOffset(le.Uint64(e[8:16]))
 		hp := r.hit(h)
 		*hp = hitAt(t, i, e, off, int(fd.pattern), def)
-		size := nameSize(name, ver)
+		size := nameSize(name, ver, def)
 		hp.name, hp.base, hp.full = uint32(at), uint32(len(name)), uint32(size)
 		putName(r.arena[at:at+size], name, ver, def)
 		h, at = h+1, at+size

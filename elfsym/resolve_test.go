@@ -203,8 +203,9 @@ func TestVersioned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(old) != 1 || old[0].Offset != v1[0].Offset || old[0].Offset == def[0].Offset {
-		t.Errorf("vfunc@VERS_1 = %+v, want vfunc_v1 at %#x", old, v1[0].Offset)
+	if len(old) != 1 || old[0].Offset != v1[0].Offset || old[0].Offset == def[0].Offset ||
+		old[0].Name != "vfunc@VERS_1" || old[0].Version != "VERS_1" {
+		t.Errorf("vfunc@VERS_1 = %+v, want vfunc@VERS_1 (version VERS_1) at vfunc_v1's %#x", old, v1[0].Offset)
 	}
 	if both, err := f.Resolve("vfunc@VERS_*"); err != nil || len(both) != 2 {
 		t.Errorf("vfunc@VERS_* = %+v, %v; want both versions", both, err)
@@ -221,6 +222,23 @@ func TestVersioned(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOffsets(t, fx.lib, all)
+	checkNames(t, all)
+}
+
+// checkNames checks that names, versions and aliases are clean strings and
+// that a name spelled "name@VERSION" carries VERSION.
+func checkNames(t *testing.T, sites []Site) {
+	t.Helper()
+	for _, s := range sites {
+		for _, n := range append([]string{s.Name, s.Version}, s.Aliases...) {
+			if strings.ContainsAny(n, "\x00") {
+				t.Errorf("site %q: name, version or alias %q has a NUL", s.Name, n)
+			}
+		}
+		if base, ver, ok := strings.Cut(s.Name, "@"); ok && (ver != s.Version || base == "") {
+			t.Errorf("site %q has version %q", s.Name, s.Version)
+		}
+	}
 }
 
 func TestGoStripped(t *testing.T) {
@@ -260,6 +278,7 @@ func TestSystemFiles(t *testing.T) {
 		t.Errorf("bash: only %d sites", len(sites))
 	}
 	checkOffsets(t, bash, sites)
+	checkNames(t, sites)
 
 	libc, err := LookPath("libc.so.6")
 	if err != nil {
@@ -275,6 +294,7 @@ func TestSystemFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOffsets(t, libc, all)
+	checkNames(t, all)
 	if f.Machine() == elf.EM_X86_64 {
 		cur, err := f.Resolve("memcpy")
 		if err != nil {
@@ -284,7 +304,8 @@ func TestSystemFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cur[0].Version != "GLIBC_2.14" || cur[0].Offset == old[0].Offset {
+		if cur[0].Version != "GLIBC_2.14" || cur[0].Offset == old[0].Offset ||
+			old[0].Name != "memcpy@GLIBC_2.2.5" || old[0].Version != "GLIBC_2.2.5" {
 			t.Errorf("memcpy = %+v, memcpy@GLIBC_2.2.5 = %+v: want the default GLIBC_2.14 at another offset", cur, old)
 		}
 		strlen, err := f.Resolve("strlen")
