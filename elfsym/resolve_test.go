@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -546,5 +547,88 @@ func TestMarkNeedleSplit(t *testing.T) {
 				t.Fatalf("%q split at %d: marks differ from one search", needle, split)
 			}
 		}
+	}
+}
+
+// TestAgainstDebugELF resolves "*" in the fixtures and system binaries and
+// checks every site against debug/elf's decoding of the same tables: the
+// sites are the addresses with an unversioned or default-version function
+// symbol, and each site's names, primary and aliases, are exactly the
+// function names at its address ("name@VERSION" for a hidden version).
+func TestAgainstDebugELF(t *testing.T) {
+	fx := buildFixtures(t)
+	bins := []string{fx.pie, fx.nopie, fx.shifted, fx.lib}
+	for _, name := range []string{"bash", "libc.so.6"} {
+		if p, err := LookPath(name); err == nil {
+			bins = append(bins, p)
+		}
+	}
+	for _, bin := range bins {
+		t.Run(filepath.Base(bin), func(t *testing.T) {
+			ef, err := elf.Open(bin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ef.Close()
+			type want struct {
+				names    map[string]bool
+				selected bool
+			}
+			byAddr := map[uint64]*want{}
+			add := func(syms []elf.Symbol, dynamic bool) {
+				for _, s := range syms {
+					typ := elf.ST_TYPE(s.Info)
+					if (typ != elf.STT_FUNC && typ != elf.STT_GNU_IFUNC) || s.Section == elf.SHN_UNDEF || s.Value == 0 {
+						continue
+					}
+					name, isDefault := s.Name, true
+					switch {
+					case dynamic && s.HasVersion && s.Version != "" && s.VersionIndex.IsHidden():
+						name, isDefault = s.Name+"@"+s.Version, false
+					case !dynamic && strings.Contains(s.Name, "@@"):
+						name, _, _ = strings.Cut(s.Name, "@@")
+					case !dynamic && strings.Contains(s.Name, "@"):
+						isDefault = false
+					}
+					w := byAddr[s.Value]
+					if w == nil {
+						w = &want{names: map[string]bool{}}
+						byAddr[s.Value] = w
+					}
+					w.names[name] = true
+					w.selected = w.selected || isDefault
+				}
+			}
+			syms, _ := ef.Symbols()
+			dyn, _ := ef.DynamicSymbols()
+			add(syms, false)
+			add(dyn, true)
+
+			sites, err := Resolve(bin, "*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[uint64]bool{}
+			for _, s := range sites {
+				got[s.Address] = true
+				w := byAddr[s.Address]
+				if w == nil || !w.selected {
+					t.Errorf("site %s at %#x: no default or unversioned function there", s.Name, s.Address)
+					continue
+				}
+				names := map[string]bool{s.Name: true}
+				for _, a := range s.Aliases {
+					names[a] = true
+				}
+				if !maps.Equal(names, w.names) {
+					t.Errorf("site at %#x: names %v, debug/elf %v", s.Address, slices.Sorted(maps.Keys(names)), slices.Sorted(maps.Keys(w.names)))
+				}
+			}
+			for addr, w := range byAddr {
+				if w.selected && !got[addr] {
+					t.Errorf("%#x (%v): no site", addr, slices.Sorted(maps.Keys(w.names)))
+				}
+			}
+		})
 	}
 }
