@@ -14,10 +14,11 @@ import (
 )
 
 // BenchmarkAttach measures attach plus detach of N sites selected by a glob,
-// resolution included (attach-ms: without the detach), against cilium/ebpf's Executable.UprobeMulti given
-// the symbol names, and, at 1,000 sites, against cilium's per-site
-// Executable.Uprobe (about 0.1 s per site to close: run it with
-// -benchtime=1x). Compare with:
+// resolution included (attach-ms: without the detach), against
+// cilium/ebpf's Executable.UprobeMulti given the symbol names, and, at
+// 1,000 sites, against cilium's per-site Executable.Uprobe (about 0.1 s per
+// site to close: run it with -benchtime=1x). BenchmarkAttachRatio makes
+// the same comparison less exposed to drift. Compare with:
 //
 //	go test -run='^$' -bench='Attach/sites=(1000|10000|100000)/impl=(multiprobe|cilium-multi)' -count=10 . | tee /tmp/a.txt
 //	benchstat -col /impl /tmp/a.txt
