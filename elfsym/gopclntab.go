@@ -3,18 +3,14 @@ package elfsym
 import (
 	"debug/elf"
 	"debug/gosym"
-	"math"
 )
-
-// goTable marks a sym that comes from .gopclntab rather than a symbol table.
-const goTable = math.MaxUint16
 
 // scanGo reads the function table of a Go binary built with -ldflags=-s,
 // which has no .symtab but keeps every function's name and address in
 // .gopclntab for the runtime's tracebacks.
 func (r *resolver) scanGo() {
 	funcs := goFuncs(r.f.pclntab, r.f.textAddr)
-	for i, fn := range funcs {
+	for _, fn := range funcs {
 		off, ok := r.f.FileOffset(fn.Entry)
 		if !ok || fn.Entry == 0 {
 			continue
@@ -25,8 +21,6 @@ func (r *resolver) scanGo() {
 				offset:  off,
 				value:   fn.Entry,
 				size:    fn.End - fn.Entry,
-				index:   uint32(i),
-				table:   goTable,
 				pattern: int16(p),
 				info:    byte(elf.STB_GLOBAL)<<4 | byte(elf.STT_FUNC),
 				def:     true,
