@@ -4,14 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 
 	"github.com/cilium/ebpf"
 )
 
 var (
-	// ErrAttachTypeMix is returned when programs that share a tail-call map
-	// (PROG_ARRAY) would be loaded with different expected attach types.
-	ErrAttachTypeMix = errors.New("programs sharing a tail-call map need one expected attach type")
+	// ErrTailCallMix is wrapped by a [*TailCallMixError]: programs sharing a
+	// tail-call map (PROG_ARRAY) would load with different program types
+	// or, on Linux 6.12 and later, different expected attach types.
+	ErrTailCallMix = errors.New("programs sharing a tail-call map need one program type and expected attach type")
+
+	// ErrAfterVerification is wrapped by the [ProgramError] of a program the
+	// verifier accepted but the kernel then refused to load.
+	ErrAfterVerification = errors.New("the verifier accepted the program but the kernel refused it")
 
 	// ErrNoCostCache is returned for [OrderCached] without [Options.Costs].
 	ErrNoCostCache = errors.New("order cached needs a cost cache (Options.Costs)")
@@ -22,10 +28,23 @@ type ProgramError struct {
 	// Program is the name of the program that failed.
 	Program string
 	// Err is what the load returned; a rejection by the verifier wraps an
-	// [ebpf.VerifierError] whose Log holds the whole verifier log.
+	// [ebpf.VerifierError] whose Log holds the verifier's message (and, for
+	// the first rejection of a phase, its whole log). A program refused
+	// after verification wraps [ErrAfterVerification].
 	Err error
 
-	msg string // Err's text without cilium's "program NAME: " prefix
+	// Rejected tells that the verifier rejected the program.
+	Rejected bool
+	// AfterVerification tells that the verifier accepted the program (its
+	// log holds only statistics) and the kernel refused it afterwards,
+	// typically with EINVAL.
+	AfterVerification bool
+	// Causes lists, for a program refused after verification, what the
+	// loader checked that may explain it, most likely first.
+	Causes []string
+
+	msg     string // Err's text without cilium's "program NAME: " prefix
+	fullLog bool   // Err holds the whole verifier log
 }
 
 func newProgramError(name string, err error) *ProgramError {
@@ -35,24 +54,110 @@ func newProgramError(name string, err error) *ProgramError {
 	return &ProgramError{Program: name, Err: err, msg: msg}
 }
 
-// Error names the program and says why it failed, with the verifier's last
-// lines but not its whole log.
+// Error names the program and says why it failed: for a verifier rejection
+// with the verifier's last lines but not its whole log, for a program
+// refused after verification with the errno and the likely causes.
 func (e *ProgramError) Error() string {
+	if e.AfterVerification {
+		var b strings.Builder
+		fmt.Fprintf(&b, "program %s: %v", e.Program, ErrAfterVerification)
+		if s := e.stats(); s != "" {
+			fmt.Fprintf(&b, " (%s)", s)
+		}
+		var errno syscall.Errno
+		if errors.As(e.Err, &errno) {
+			fmt.Fprintf(&b, " with %s (%v)", errnoName(errno), errno)
+		}
+		if len(e.Causes) > 0 {
+			b.WriteString("; likely causes: ")
+			b.WriteString(strings.Join(e.Causes, "; "))
+		}
+		return b.String()
+	}
 	msg := e.msg
 	if msg == "" && e.Err != nil {
 		msg = e.Err.Error()
 	}
+	if e.Rejected {
+		if m := e.verifierMessage(); m != "" {
+			msg = m
+		}
+		return fmt.Sprintf("program %s: rejected by the verifier: %s", e.Program, msg)
+	}
 	return fmt.Sprintf("program %s: %s", e.Program, msg)
 }
 
-// Unwrap returns the load's error.
-func (e *ProgramError) Unwrap() error { return e.Err }
+// verifierMessage returns the verifier's reason for a rejection, its last
+// line before the statistics, and the errno: "R0 !read_ok (EACCES)".
+func (e *ProgramError) verifierMessage() string {
+	var ve *ebpf.VerifierError
+	if !errors.As(e.Err, &ve) {
+		return ""
+	}
+	var last string
+	for _, line := range ve.Log {
+		if !isStatsLine(line) && strings.TrimSpace(line) != "" {
+			last = strings.TrimSpace(line)
+		}
+	}
+	if last == "" {
+		return ""
+	}
+	var errno syscall.Errno
+	if errors.As(e.Err, &errno) {
+		last += " (" + errnoName(errno) + ")"
+	}
+	return last
+}
 
-// VerifierLog returns the whole verifier log of the failure, or nil if the
-// load failed before the verifier ran.
+// stats returns the verifier's "processed N insns" line, shortened.
+func (e *ProgramError) stats() string {
+	var ve *ebpf.VerifierError
+	if !errors.As(e.Err, &ve) {
+		return ""
+	}
+	for _, line := range ve.Log {
+		if strings.HasPrefix(line, "processed ") {
+			s, _, _ := strings.Cut(line, " (limit")
+			return "verified: " + s + " instructions"
+		}
+	}
+	return ""
+}
+
+func errnoName(e syscall.Errno) string {
+	switch e {
+	case syscall.EINVAL:
+		return "EINVAL"
+	case syscall.EPERM:
+		return "EPERM"
+	case syscall.EACCES:
+		return "EACCES"
+	case syscall.E2BIG:
+		return "E2BIG"
+	case syscall.ENOMEM:
+		return "ENOMEM"
+	case 524:
+		return "ENOTSUPP"
+	}
+	return fmt.Sprintf("errno %d", int(e))
+}
+
+// Unwrap returns the load's error.
+func (e *ProgramError) Unwrap() error {
+	if e.AfterVerification {
+		return errors.Join(ErrAfterVerification, e.Err)
+	}
+	return e.Err
+}
+
+// VerifierLog returns the verifier log of a rejection: the whole log for
+// the first rejection of a phase (and those named in
+// [Options.VerifierLogs]), the verifier's message and statistics for the
+// others; nil if the verifier did not reject the program.
 func (e *ProgramError) VerifierLog() []string {
 	var ve *ebpf.VerifierError
-	if errors.As(e.Err, &ve) {
+	if e.Rejected && errors.As(e.Err, &ve) {
 		return ve.Log
 	}
 	return nil
@@ -60,35 +165,48 @@ func (e *ProgramError) VerifierLog() []string {
 
 // Error reports the programs that failed to load, in job order.
 //
-// Its text names every failed program on one line each; the first failure is
-// followed by its whole verifier log, the others show only the verifier's
-// last lines, so that a report stays readable when many programs share a
-// cause. errors.Is and errors.As see every [ProgramError].
+// Its text names every failed program on one line each; the first verifier
+// rejection is followed by its whole verifier log, the others show only the
+// verifier's last lines, so that a report stays readable (and a failing
+// start fast) when many programs share a cause. errors.Is and errors.As see
+// every [ProgramError].
 type Error struct {
 	// Failures holds one error per failed program, in job order.
 	Failures []*ProgramError
 	// Programs is the number of programs the phase tried to load.
 	Programs int
+
+	withoutLog []string // rejected programs whose whole log was not fetched
 }
 
-// Error lists the failures, one per line, the first with its whole verifier
-// log.
+// Error lists the failures, one per line, the first rejection with its
+// whole verifier log, and says how to get the others'.
 func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d of %d programs failed to load", len(e.Failures), e.Programs)
-	for i, f := range e.Failures {
+	logged := false
+	for _, f := range e.Failures {
 		b.WriteString("\n")
 		b.WriteString(f.Error())
-		if i > 0 {
+		if logged || !f.fullLog {
 			continue
 		}
 		if log := f.VerifierLog(); len(log) > 0 {
+			logged = true
 			b.WriteString("\nverifier log of program " + f.Program + ":")
 			for _, line := range log {
+				// The one line that changes from run to run; the profile
+				// has the time.
+				if strings.HasPrefix(line, "verification time ") {
+					continue
+				}
 				b.WriteString("\n\t")
 				b.WriteString(line)
 			}
 		}
+	}
+	if len(e.withoutLog) > 0 {
+		fmt.Fprintf(&b, "\nwhole verifier logs of %s: add them to load.Options.VerifierLogs (each is verified once more with the log)", strings.Join(e.withoutLog, ", "))
 	}
 	return b.String()
 }

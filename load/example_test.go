@@ -23,7 +23,10 @@ func ExampleCollection() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := &load.Options{AttachType: load.UprobeAttachType(features.Path())}
+	path := features.Path()
+	opts := &load.Options{AttachType: func(_ string, spec *ebpf.ProgramSpec) ebpf.AttachType {
+		return kernelprobe.AttachType(spec, path)
+	}}
 	if costs, err := load.OpenCostCache(""); err == nil {
 		opts.Costs, opts.Order = costs, load.OrderCached
 	}

@@ -1,7 +1,6 @@
 package load
 
 import (
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,22 +40,40 @@ type Options struct {
 	// Order is the order in which programs start; the default is OrderLPT.
 	Order Order
 
-	// Costs, if set, orders the programs with [OrderCached] and, after the
-	// phase, records every loaded program's measured cost in the cache and
-	// saves it. The instruction count stays the default because it needs no
-	// state: it is known before the first start, never stale, the same on
-	// every machine, and right whenever a program's cost follows its size
-	// (straight-line code); measured times are noisy on a loaded machine and
-	// need a writable file.
+	// Costs, if set, records every loaded program's measured cost after
+	// the phase and saves the cache, whatever the order; with [OrderCached]
+	// it also supplies the costs the programs start by. Setting it does not
+	// change the order: recording costs nothing, ordering by them is a
+	// choice (measured times are noisy on a loaded machine, and the
+	// instruction count, the default, needs no state, is never stale and is
+	// the same on every machine).
 	Costs *CostCache
 
 	// AttachType, if set, returns the expected attach type to load each
 	// program with; return spec.AttachType to keep it. It is the hook through
-	// which the uprobe path decision (uprobe_multi or perf event, made by the
-	// kernelprobe package) reaches the loader; see [UprobeAttachType].
-	// Programs sharing a tail-call map must get one attach type, else the
-	// load fails with [ErrAttachTypeMix] before anything is created.
+	// which the caller's uprobe path decision (uprobe_multi or perf event, as
+	// the kernelprobe package decides it: kernelprobe.AttachType) reaches
+	// the loader.
 	AttachType func(name string, spec *ebpf.ProgramSpec) ebpf.AttachType
+
+	// SplitTailCallMaps gives each kind of program sharing a tail-call map
+	// (PROG_ARRAY) its own copy of the map, instead of failing with a
+	// [*TailCallMixError]: the kernel requires the programs of one PROG_ARRAY
+	// to share their program type and, since Linux 6.12, their expected
+	// attach type. The group of the first program (in job order) keeps the
+	// map's name, the others get the name followed by their kind (jmp_perfevent),
+	// each copy holds the entries of the map's contents that name its group's
+	// programs, and the group's references to the map are rewritten to the
+	// copy. [Profile.MapCopies] says which copy each program got. Maps given
+	// by the caller (to [Programs], or in MapReplacements) are never split.
+	SplitTailCallMaps bool
+
+	// VerifierLogs names programs whose whole verifier log is fetched, by
+	// loading them once more, if the verifier rejects them. The first
+	// rejected program in job order always gets its whole log; the others
+	// are reported with the verifier's message only, so that a failing
+	// start costs about what a successful one does.
+	VerifierLogs []string
 
 	// BTF is the kernel BTF cache shared by every load. nil creates one for
 	// the phase, so that kernel BTF is parsed at most once per call.
@@ -89,11 +107,16 @@ type Options struct {
 // tail-call maps (PROG_ARRAY) are filled only after every program loaded.
 // Programs of unspecified type are skipped. Jobs are in program name order.
 //
-// On success the returned Collection holds every map, variable and program,
-// and the caller must Close it. On failure every object the loader created is
-// closed, the Collection is nil and the error is an [*Error] listing every
-// failed program (or the reason no program could start); the Profile is
-// returned whenever programs were loaded, also on failure.
+// Before anything is created, the programs sharing each tail-call map are
+// checked to agree on what the kernel requires of them (see
+// [TailCallMixError] and [Options.SplitTailCallMaps]).
+//
+// On success the returned Collection holds every map (the copies of split
+// tail-call maps included), variable and program, and the caller must Close
+// it. On failure every object the loader created is closed, the Collection
+// is nil and the error is an [*Error] listing every failed program (or the
+// reason no program could start); the Profile is returned whenever programs
+// were loaded, also on failure.
 func Collection(spec *ebpf.CollectionSpec, opts *Options) (*ebpf.Collection, *Profile, error) {
 	if spec == nil {
 		return nil, nil, errors.New("load: nil CollectionSpec")
@@ -103,36 +126,12 @@ func Collection(spec *ebpf.CollectionSpec, opts *Options) (*ebpf.Collection, *Pr
 		return nil, nil, err
 	}
 	l.types, l.byteOrder = spec.Types, spec.ByteOrder
-
-	progArrays := map[string][]string{}
-	for name, ms := range spec.Maps {
-		if ms.Type != ebpf.ProgramArray {
-			continue
-		}
-		progArrays[name] = nil
-		for _, kv := range ms.Contents {
-			if s, ok := kv.Value.(string); ok {
-				progArrays[name] = append(progArrays[name], s)
-			}
-		}
-	}
-
-	var names []string
-	var specs []*ebpf.ProgramSpec
-	for _, n := range slices.Sorted(maps.Keys(spec.Programs)) {
-		ps := spec.Programs[n]
-		if ps == nil || ps.Type == ebpf.UnspecifiedProgram {
-			l.prof.Skipped = append(l.prof.Skipped, n)
-			continue
-		}
-		names = append(names, n)
-		specs = append(specs, ps)
-	}
-	jobs := l.jobsFor(names, specs)
-	if err := checkTailCallGroups(jobs, progArrays); err != nil {
+	p, err := planCollection(spec, &l.o, l.attachTypes)
+	if err != nil {
 		return nil, nil, err
 	}
-	if err := l.prepare(jobs); err != nil {
+	l.adopt(p)
+	if err := l.prepare(p.jobs); err != nil {
 		return nil, nil, err
 	}
 
@@ -140,12 +139,12 @@ func Collection(spec *ebpf.CollectionSpec, opts *Options) (*ebpf.Collection, *Pr
 	// only once all of them loaded, so that a failure never leaves a
 	// half-filled tail-call map behind.
 	mapSpec := &ebpf.CollectionSpec{
-		Maps:      make(map[string]*ebpf.MapSpec, len(spec.Maps)),
+		Maps:      make(map[string]*ebpf.MapSpec, len(p.maps)),
 		Variables: spec.Variables,
 		Types:     spec.Types,
 		ByteOrder: spec.ByteOrder,
 	}
-	for name, ms := range spec.Maps {
+	for name, ms := range p.maps {
 		if ms.Type == ebpf.ProgramArray && len(ms.Contents) > 0 {
 			ms = ms.Copy()
 			ms.Contents = nil
@@ -163,12 +162,12 @@ func Collection(spec *ebpf.CollectionSpec, opts *Options) (*ebpf.Collection, *Pr
 	}
 	l.prof.Maps = time.Since(t0)
 
-	progs, err := l.run(jobs, coll.Maps)
+	progs, err := l.run(p, coll.Maps)
 	if err != nil {
 		coll.Close()
 		return nil, l.finish(), err
 	}
-	if err := fillProgArrays(spec.Maps, coll.Maps, progs); err != nil {
+	if err := fillProgArrays(p.maps, coll.Maps, progs); err != nil {
 		closeAll(progs)
 		coll.Close()
 		return nil, l.finish(), err
@@ -177,10 +176,46 @@ func Collection(spec *ebpf.CollectionSpec, opts *Options) (*ebpf.Collection, *Pr
 	return coll, l.finish(), nil
 }
 
+// planCollection plans the load of spec's programs of known type.
+func planCollection(spec *ebpf.CollectionSpec, o *Options, attachTypes bool) (*plan, error) {
+	in := planInput{maps: spec.Maps, attachTypeMatters: attachTypes}
+	if in.maps == nil {
+		in.maps = map[string]*ebpf.MapSpec{}
+	}
+	for name := range o.MapReplacements {
+		if ms := spec.Maps[name]; ms != nil && ms.Type == ebpf.ProgramArray {
+			if in.fixed == nil {
+				in.fixed = map[string]bool{}
+			}
+			in.fixed[name] = true
+		}
+	}
+	var skipped []string
+	for _, n := range slices.Sorted(maps.Keys(spec.Programs)) {
+		ps := spec.Programs[n]
+		if ps == nil || ps.Type == ebpf.UnspecifiedProgram {
+			skipped = append(skipped, n)
+			continue
+		}
+		in.names = append(in.names, n)
+		in.specs = append(in.specs, ps)
+	}
+	p, err := makePlan(in, o)
+	if err != nil {
+		return nil, err
+	}
+	p.skipped = skipped
+	return p, nil
+}
+
 // Programs loads programs concurrently. Their instructions may reference the
 // maps by name; the maps stay the caller's and are never closed or written.
 // Each program is named by its spec's Name, which must be unique. Jobs are in
 // slice order.
+//
+// Programs that share one of the caller's tail-call maps must agree on what
+// the kernel requires of them ([TailCallMixError]); the caller's maps are
+// never split.
 //
 // On success the caller must Close every returned program. On failure every
 // program the loader created is closed and the error is an [*Error] listing
@@ -191,43 +226,52 @@ func Programs(progs []*ebpf.ProgramSpec, maps map[string]*ebpf.Map, opts *Option
 	if err != nil {
 		return nil, nil, err
 	}
-	names := make([]string, len(progs))
-	seen := make(map[string]bool, len(progs))
-	for i, ps := range progs {
-		if ps == nil {
-			return nil, nil, fmt.Errorf("load: program %d: nil ProgramSpec", i)
-		}
-		if ps.Name == "" || seen[ps.Name] {
-			return nil, nil, fmt.Errorf("load: program %d: name %q is empty or not unique (programs are reported by name)", i, ps.Name)
-		}
-		seen[ps.Name] = true
-		names[i] = ps.Name
-	}
-	progArrays := map[string][]string{}
+	fixed := map[string]bool{}
 	for name, m := range maps {
 		if m != nil && m.Type() == ebpf.ProgramArray {
-			progArrays[name] = nil
+			fixed[name] = true
 		}
 	}
-	jobs := l.jobsFor(names, progs)
-	if err := checkTailCallGroups(jobs, progArrays); err != nil {
+	p, err := planPrograms(progs, fixed, &l.o, l.attachTypes)
+	if err != nil {
 		return nil, nil, err
 	}
-	if err := l.prepare(jobs); err != nil {
+	l.adopt(p)
+	if err := l.prepare(p.jobs); err != nil {
 		return nil, nil, err
 	}
-	loaded, err := l.run(jobs, maps)
+	loaded, err := l.run(p, maps)
 	if err != nil {
 		return nil, l.finish(), err
 	}
 	return loaded, l.finish(), nil
 }
 
+// planPrograms plans the load of progs; progArrays names the caller's
+// tail-call maps.
+func planPrograms(progs []*ebpf.ProgramSpec, progArrays map[string]bool, o *Options, attachTypes bool) (*plan, error) {
+	in := planInput{names: make([]string, len(progs)), specs: progs, fixed: progArrays, attachTypeMatters: attachTypes}
+	seen := make(map[string]bool, len(progs))
+	for i, ps := range progs {
+		if ps == nil {
+			return nil, fmt.Errorf("load: program %d: nil ProgramSpec", i)
+		}
+		if ps.Name == "" || seen[ps.Name] {
+			return nil, fmt.Errorf("load: program %d: name %q is empty or not unique (programs are reported by name)", i, ps.Name)
+		}
+		seen[ps.Name] = true
+		in.names[i] = ps.Name
+	}
+	return makePlan(in, o)
+}
+
 // LoadAndAssign loads spec like [Collection] and assigns its objects to the
 // struct pointed to by to, as ebpf.CollectionSpec.LoadAndAssign does: to is
 // written only after every program loaded. Objects not assigned are closed;
 // since the kernel empties a tail-call map (PROG_ARRAY) when its last file
-// descriptor closes, assign the tail-call maps that programs use.
+// descriptor closes, assign the tail-call maps that programs use (and the
+// copies [Options.SplitTailCallMaps] made, by their names in
+// [Profile.MapCopies]).
 func LoadAndAssign(spec *ebpf.CollectionSpec, to any, opts *Options) (*Profile, error) {
 	coll, prof, err := Collection(spec, opts)
 	if err != nil {
@@ -241,14 +285,15 @@ func LoadAndAssign(spec *ebpf.CollectionSpec, to any, opts *Options) (*Profile, 
 }
 
 type loader struct {
-	o         Options
-	jobs      int
-	cache     *btf.Cache
-	types     *btf.Spec
-	byteOrder binary.ByteOrder
-	start     time.Time
-	prof      *Profile
-	jobList   []*job // in job order
+	o           Options
+	jobs        int
+	attachTypes bool // the kernel wants one attach type per PROG_ARRAY
+	cache       *btf.Cache
+	types       *btf.Spec
+	byteOrder   binary.ByteOrder
+	start       time.Time
+	prof        *Profile
+	jobList     []*job // in job order
 }
 
 type job struct {
@@ -257,12 +302,15 @@ type job struct {
 	orig   *ebpf.ProgramSpec // the caller's, read-only
 	spec   *ebpf.ProgramSpec // this job's copy: attach type set, maps associated
 	attach ebpf.AttachType
+	rename map[string]string // map references rewritten to a tail-call map's copy
 	cost   float64
 	cached bool
 
 	// Written by the job's goroutine only, read after the phase.
 	prog     *ebpf.Program
 	err      error
+	failure  failure
+	perr     *ProgramError // the report of err, made after the phase
 	worker   int
 	started  time.Duration
 	ended    time.Duration
@@ -294,10 +342,11 @@ func newLoader(opts *Options) (*loader, error) {
 		cache = btf.NewCache()
 	}
 	return &loader{
-		o:     o,
-		jobs:  jobs,
-		cache: cache,
-		start: time.Now(),
+		o:           o,
+		jobs:        jobs,
+		attachTypes: tailCallAttachTypes(kernelRelease()),
+		cache:       cache,
+		start:       time.Now(),
 		prof: &Profile{
 			Jobs:  jobs,
 			CPUs:  min(jobs, runtime.GOMAXPROCS(0), runtime.NumCPU()),
@@ -306,20 +355,12 @@ func newLoader(opts *Options) (*loader, error) {
 	}, nil
 }
 
-// jobsFor makes one job per program, in job order, and resolves its
-// expected attach type.
-func (l *loader) jobsFor(names []string, specs []*ebpf.ProgramSpec) []*job {
-	jobs := make([]*job, len(specs))
-	for i, ps := range specs {
-		at := ps.AttachType
-		if l.o.AttachType != nil {
-			at = l.o.AttachType(names[i], ps)
-		}
-		jobs[i] = &job{index: i, name: names[i], orig: ps, attach: at}
-	}
-	l.jobList = jobs
-	l.prof.Programs = make([]ProgramProfile, len(jobs))
-	return jobs
+// adopt takes the plan's jobs and its report of split maps.
+func (l *loader) adopt(p *plan) {
+	l.jobList = p.jobs
+	l.prof.Programs = make([]ProgramProfile, len(p.jobs))
+	l.prof.Skipped = p.skipped
+	l.prof.MapCopies = p.copies
 }
 
 var (
@@ -328,7 +369,7 @@ var (
 )
 
 // prepare does what the loads share, once, before any of them starts: the
-// memlock limit, kernel BTF, the order.
+// memlock limit and kernel BTF.
 func (l *loader) prepare(jobs []*job) error {
 	// The memlock rlimit is process-wide: raising it per program would be
 	// wasted syscalls. RemoveMemlock does nothing on kernels since 5.11,
@@ -348,46 +389,7 @@ func (l *loader) prepare(jobs []*job) error {
 		_, _ = l.cache.Kernel()
 		l.prof.BTF = time.Since(t0)
 	}
-
-	switch l.o.Order {
-	case OrderLPT:
-		for _, j := range jobs {
-			j.cost = float64(len(j.orig.Instructions))
-		}
-	case OrderCached:
-		l.cachedCosts(jobs)
-	}
 	return nil
-}
-
-// cachedCosts estimates each job's verification time in nanoseconds: the
-// measured time for programs the cache knows, the instruction count times
-// the kernel's rate per processed instruction for the others.
-func (l *loader) cachedCosts(jobs []*job) {
-	var ns, insns float64
-	costs := make([]Cost, len(jobs))
-	for i, j := range jobs {
-		c, ok := l.o.Costs.lookup(j.orig, j.attach)
-		if !ok {
-			continue
-		}
-		costs[i], j.cached = c, true
-		if c.Verified > 0 {
-			ns += float64(c.Verify)
-			insns += float64(c.Verified)
-		}
-	}
-	rate := float64(defaultNsPerInsn)
-	if insns > 0 {
-		rate = ns / insns
-	}
-	for i, j := range jobs {
-		if j.cached {
-			j.cost = float64(costs[i].Verify)
-		} else {
-			j.cost = float64(len(j.orig.Instructions)) * rate
-		}
-	}
 }
 
 // needsKernelBTF reports whether loading spec reads kernel BTF: CO-RE
@@ -408,19 +410,14 @@ func needsKernelBTF(spec *ebpf.ProgramSpec) bool {
 	return false
 }
 
-// run loads the jobs with at most l.jobs at once and returns the programs,
-// or closes them all and returns an *Error.
-func (l *loader) run(jobs []*job, maps map[string]*ebpf.Map) (map[string]*ebpf.Program, error) {
+// run loads the plan's jobs with at most l.jobs at once and returns the
+// programs, or closes them all and returns an *Error.
+func (l *loader) run(p *plan, maps map[string]*ebpf.Map) (map[string]*ebpf.Program, error) {
+	jobs := p.jobs
 	// Every job gets its own copy with its maps associated, here, before
 	// any load starts: during the phase nothing shared is written.
 	for _, j := range jobs {
-		j.spec, j.err = associate(j.orig, j.attach, maps)
-	}
-
-	order := slices.Clone(jobs)
-	if l.o.Order != OrderGiven {
-		// Stable: equal costs keep job order, so runs are reproducible.
-		slices.SortStableFunc(order, func(a, b *job) int { return cmp.Compare(b.cost, a.cost) })
+		j.spec, j.err = associate(j.orig, j.attach, j.rename, maps)
 	}
 
 	workers := make(chan int, l.jobs)
@@ -430,7 +427,7 @@ func (l *loader) run(jobs []*job, maps map[string]*ebpf.Map) (map[string]*ebpf.P
 	var g errgroup.Group
 	g.SetLimit(l.jobs)
 	phase := time.Now()
-	for rank, j := range order {
+	for rank, j := range p.order {
 		l.prof.Programs[j.index].Rank = rank
 		if j.err != nil {
 			continue
@@ -459,22 +456,54 @@ func (l *loader) run(jobs []*job, maps map[string]*ebpf.Map) (map[string]*ebpf.P
 	progs := make(map[string]*ebpf.Program, len(jobs))
 	var failed []*ProgramError
 	for _, j := range jobs {
-		if j.err != nil {
-			failed = append(failed, newProgramError(j.name, j.err))
+		if j.err == nil {
+			progs[j.name] = j.prog
+		}
+	}
+	if len(progs) == len(jobs) {
+		return progs, nil
+	}
+
+	// Whole verifier logs are costly (ten times the verification, for a
+	// big program), so only the first rejection in job order, and those the
+	// caller asked for, get one; the phase is over, so these loads are
+	// after it, one at a time, in job order.
+	first := true
+	for _, j := range jobs {
+		if j.failure != failRejected {
 			continue
 		}
-		progs[j.name] = j.prog
+		if first || slices.Contains(l.o.VerifierLogs, j.name) {
+			l.fullLog(j)
+		}
+		first = false
 	}
-	if len(failed) > 0 {
-		closeAll(progs)
-		return nil, &Error{Failures: failed, Programs: len(jobs)}
+	var rejected []string
+	for _, j := range jobs {
+		if j.err == nil {
+			continue
+		}
+		pe := newProgramError(j.name, j.err)
+		pe.Rejected = j.failure == failRejected
+		var fl *fullLogError
+		pe.fullLog = errors.As(j.err, &fl)
+		if pe.Rejected && !pe.fullLog {
+			rejected = append(rejected, j.name)
+		}
+		if j.failure == failAfterVerification {
+			pe.AfterVerification = true
+			pe.Causes = diagnose(j, maps)
+		}
+		j.perr = pe
+		failed = append(failed, pe)
 	}
-	return progs, nil
+	closeAll(progs)
+	return nil, &Error{Failures: failed, Programs: len(jobs), withoutLog: rejected}
 }
 
 // associate returns a copy of orig to load with attach, its map references
-// bound to maps.
-func associate(orig *ebpf.ProgramSpec, attach ebpf.AttachType, maps map[string]*ebpf.Map) (*ebpf.ProgramSpec, error) {
+// (renamed by rename first) bound to maps.
+func associate(orig *ebpf.ProgramSpec, attach ebpf.AttachType, rename map[string]string, maps map[string]*ebpf.Map) (*ebpf.ProgramSpec, error) {
 	spec := orig.Copy()
 	spec.AttachType = attach
 	for i := range spec.Instructions {
@@ -483,6 +512,9 @@ func associate(orig *ebpf.ProgramSpec, attach ebpf.AttachType, maps map[string]*
 		// A positive constant is an fd the caller put in by hand.
 		if !ins.IsLoadFromMap() || ref == "" || int32(ins.Constant) > 0 {
 			continue
+		}
+		if r, ok := rename[ref]; ok {
+			ref = r
 		}
 		m := maps[ref]
 		if m == nil {
@@ -495,15 +527,27 @@ func associate(orig *ebpf.ProgramSpec, attach ebpf.AttachType, maps map[string]*
 	return spec, nil
 }
 
-// load verifies one job: first without a verifier log, which is large and
-// costly; again with a log only to report a failure; again after EAGAIN,
-// when a signal interrupted the verifier.
+// failure is how a job's load failed.
+type failure int
+
+const (
+	failOther             failure = iota // before the verifier ran, or unknown
+	failRejected                         // the verifier rejected the program
+	failAfterVerification                // verified, then refused by the kernel
+)
+
+// load verifies one job, asking for the verifier's statistics only, which
+// cost nothing measurable (the same wall time as no log at all, on 6.18)
+// and tell a verifier rejection (a message before the statistics) from a
+// program the kernel refused after it verified (statistics only); it
+// retries after EAGAIN, when a signal interrupted the verifier. No load in
+// the phase asks for the whole log, which costs up to ten times the
+// verification.
 func (l *loader) load(j *job) {
-	popts := ebpf.ProgramOptions{LogDisabled: true, KernelTypes: l.o.KernelTypes}
-	eagain := 0
-	for attempt := 0; ; attempt++ {
+	popts := ebpf.ProgramOptions{LogLevel: ebpf.LogLevelStats, KernelTypes: l.o.KernelTypes}
+	for eagain := 0; ; eagain++ {
 		t0 := time.Now()
-		prog, err := l.attempt(j, attempt, popts)
+		prog, err := l.attempt(j, j.attempts, popts)
 		d := time.Since(t0)
 		j.attempts++
 		if err == nil {
@@ -511,17 +555,76 @@ func (l *loader) load(j *job) {
 			return
 		}
 		j.err = err
+		if errors.Is(err, syscall.EAGAIN) && eagain < maxEAGAIN {
+			continue
+		}
+		j.failure = classify(err)
+		return
+	}
+}
+
+// fullLog loads a rejected job once more with the verifier's whole log and
+// keeps that error, if the verifier rejects it again.
+func (l *loader) fullLog(j *job) {
+	popts := ebpf.ProgramOptions{
+		LogLevel:     ebpf.LogLevelBranch | ebpf.LogLevelStats,
+		LogSizeStart: l.o.LogSizeStart,
+		KernelTypes:  l.o.KernelTypes,
+	}
+	t0 := time.Now()
+	prog, err := l.attempt(j, j.attempts, popts)
+	j.attempts++
+	j.ended += time.Since(t0)
+	if err == nil {
+		// The kernel accepted it this time (a transient failure): the phase
+		// has failed anyway, and the first error stands.
+		prog.Close()
+		return
+	}
+	if classify(err) == failRejected {
+		j.err = &fullLogError{err}
+	}
+}
+
+// fullLogError marks an error whose verifier log is the whole log.
+type fullLogError struct{ error }
+
+func (e *fullLogError) Unwrap() error { return e.error }
+
+// classify tells from a failed load's statistics-level log whether the
+// verifier rejected the program or the kernel refused it after verifying.
+func classify(err error) failure {
+	var ve *ebpf.VerifierError
+	if !errors.As(err, &ve) || len(ve.Log) == 0 {
+		return failOther
+	}
+	verified := false
+	for _, line := range ve.Log {
 		switch {
-		case errors.Is(err, syscall.EAGAIN) && eagain < maxEAGAIN:
-			eagain++
-		case popts.LogDisabled:
-			popts.LogDisabled = false
-			popts.LogLevel = ebpf.LogLevelBranch
-			popts.LogSizeStart = l.o.LogSizeStart
+		case isStatsLine(line):
+			if strings.HasPrefix(line, "processed ") {
+				verified = true
+			}
+		case strings.TrimSpace(line) == "":
 		default:
-			return
+			return failRejected
 		}
 	}
+	if verified {
+		return failAfterVerification
+	}
+	return failOther
+}
+
+// isStatsLine reports whether line is one of those the verifier writes at
+// log level BPF_LOG_STATS after it finished, successfully or not.
+func isStatsLine(line string) bool {
+	for _, p := range []string{"verification time ", "stack depth ", "processed "} {
+		if strings.HasPrefix(line, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *loader) attempt(j *job, attempt int, popts ebpf.ProgramOptions) (*ebpf.Program, error) {
@@ -567,7 +670,10 @@ func (l *loader) finish() *Profile {
 		pp.Verify = j.verify
 		pp.Attempts = j.attempts
 		if j.err != nil {
-			pp.Err = newProgramError(j.name, j.err)
+			pp.Err = j.perr
+			if pp.Err == nil {
+				pp.Err = newProgramError(j.name, j.err)
+			}
 			pp.Error = pp.Err.Error()
 		}
 		pp.Verified = j.verified

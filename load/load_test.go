@@ -15,7 +15,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/multiprobe/multiprobe/internal/testutil"
-	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
 // smallSet returns n cheap programs sharing map "shared".
@@ -149,10 +148,10 @@ func TestErrorReportDeterministic(t *testing.T) {
 	var first string
 	for run := range 6 {
 		var mu sync.Mutex
-		logged := map[string][]bool{} // program -> LogDisabled per attempt
+		logged := map[string][]ebpf.LogLevel{} // program -> log level per attempt
 		opts := &Options{Jobs: 1 + run%4, Order: Order(run % 2), hook: func(name string, attempt int, popts ebpf.ProgramOptions, load func() (*ebpf.Program, error)) (*ebpf.Program, error) {
 			mu.Lock()
-			logged[name] = append(logged[name], popts.LogDisabled)
+			logged[name] = append(logged[name], popts.LogLevel)
 			mu.Unlock()
 			// Shuffle completion order from run to run.
 			time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
@@ -192,17 +191,26 @@ func TestErrorReportDeterministic(t *testing.T) {
 		if prof == nil || prof.Failed() != 4 {
 			t.Fatalf("profile reports %d failures, want 4", prof.Failed())
 		}
-		// No log on a first try; a failure is loaded again with one.
-		for name, attempts := range logged {
-			if !attempts[0] {
-				t.Errorf("%s: first attempt asked for a verifier log", name)
+		// Statistics only on a first try; only the first rejection (small01)
+		// is loaded again, with the whole log.
+		for name, levels := range logged {
+			want := []ebpf.LogLevel{ebpf.LogLevelStats}
+			if name == "small01" {
+				want = append(want, ebpf.LogLevelBranch|ebpf.LogLevelStats)
 			}
-			failed := slices.Contains(names, name)
-			if failed && (len(attempts) != 2 || attempts[1]) {
-				t.Errorf("%s failed: attempts (LogDisabled) %v, want [true false]", name, attempts)
+			if !slices.Equal(levels, want) {
+				t.Errorf("%s: log levels per attempt %v, want %v", name, levels, want)
 			}
-			if !failed && len(attempts) != 1 {
-				t.Errorf("%s loaded: %d attempts, want 1", name, len(attempts))
+		}
+		for _, f := range lerr.Failures {
+			if want := f.Program != "small03"; f.Rejected != want || f.AfterVerification {
+				t.Errorf("%s: rejected %v after verification %v, want rejected %v", f.Program, f.Rejected, f.AfterVerification, want)
+			}
+		}
+		// The others' messages are there, without their logs.
+		for _, want := range []string{"program small04: rejected by the verifier: ", "R0 !read_ok", "whole verifier logs of small04, small06: add them to load.Options.VerifierLogs"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("report lacks %q:\n%s", want, err)
 			}
 		}
 	}
@@ -220,7 +228,7 @@ func TestErrorReportDeterministic(t *testing.T) {
 	if n := strings.Count(first, "verifier log of program"); n != 1 {
 		t.Errorf("report has %d whole logs, want 1:\n%s", n, first)
 	}
-	if !strings.HasPrefix(first, "4 of 8 programs failed to load\nprogram small01: ") {
+	if !strings.HasPrefix(first, "4 of 8 programs failed to load\nprogram small01: rejected by the verifier: ") {
 		t.Errorf("report starts %q", first[:min(len(first), 80)])
 	}
 }
@@ -239,8 +247,8 @@ func TestEAGAINRetried(t *testing.T) {
 	testutil.RequireBPF(t)
 	opts := &Options{hook: func(name string, attempt int, popts ebpf.ProgramOptions, load func() (*ebpf.Program, error)) (*ebpf.Program, error) {
 		if name == "small02" && attempt < 3 {
-			if !popts.LogDisabled {
-				t.Errorf("attempt %d after EAGAIN asked for a log", attempt)
+			if popts.LogLevel != ebpf.LogLevelStats {
+				t.Errorf("attempt %d after EAGAIN asked for log level %v, want statistics", attempt, popts.LogLevel)
 			}
 			return nil, fmt.Errorf("load program: %w", syscall.EAGAIN)
 		}
@@ -335,7 +343,13 @@ func TestTailCallAttachTypes(t *testing.T) {
 
 	// Every uprobe program loads for uprobe_multi, the callee included: the
 	// kernel holds both, and the tail-call map is filled after the loads.
-	coll, _, err := Collection(tailCallSpec(ebpf.AttachNone), &Options{AttachType: UprobeAttachType(kernelprobe.PathUprobeMulti)})
+	multi := func(_ string, spec *ebpf.ProgramSpec) ebpf.AttachType {
+		if strings.HasPrefix(spec.SectionName, "uprobe") {
+			return ebpf.AttachTraceUprobeMulti
+		}
+		return spec.AttachType
+	}
+	coll, _, err := Collection(tailCallSpec(ebpf.AttachNone), &Options{AttachType: multi})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,10 +375,10 @@ func TestTailCallAttachTypes(t *testing.T) {
 		return ebpf.AttachNone
 	}
 	_, prof, err := Collection(tailCallSpec(ebpf.AttachNone), &Options{AttachType: mix})
-	if !errors.Is(err, ErrAttachTypeMix) || prof != nil {
-		t.Fatalf("mixed attach types: err %v, profile %v; want ErrAttachTypeMix, nil", err, prof)
+	if !errors.Is(err, ErrTailCallMix) || prof != nil {
+		t.Fatalf("mixed attach types: err %v, profile %v; want ErrTailCallMix, nil", err, prof)
 	}
-	for _, want := range []string{"jmp", "callee", "caller", "Uprobe"} {
+	for _, want := range []string{"jmp", "callee", "caller", "Uprobe", "SplitTailCallMaps"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}

@@ -69,6 +69,10 @@ type Profile struct {
 	// Skipped names programs of unspecified type, which are not loaded
 	// (sub-programs and sections the ELF reader did not recognise).
 	Skipped []string `json:"skipped,omitempty"`
+	// MapCopies lists, for every tail-call map that
+	// [Options.SplitTailCallMaps] split, each copy and the programs that
+	// got it.
+	MapCopies []MapCopy `json:"map_copies,omitempty"`
 
 	// BTF is the time spent parsing kernel BTF, once, before the loads.
 	BTF time.Duration `json:"btf_ns"`
@@ -146,8 +150,8 @@ type ProgramProfile struct {
 	// Verify is the wall time of the successful BPF_PROG_LOAD, without
 	// retries: what the cost cache records.
 	Verify time.Duration `json:"verify_ns"`
-	// Attempts counts the loads tried: more than one after EAGAIN, or for a
-	// failure, whose verifier log is fetched by a second load.
+	// Attempts counts the loads tried: more than one after EAGAIN, or for
+	// the verifier rejection whose whole log was fetched by a second load.
 	Attempts int `json:"attempts"`
 	// Err is why the program failed to load, nil on success.
 	Err error `json:"-"`
