@@ -7,8 +7,8 @@ import (
 	"maps"
 	"runtime"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 

@@ -65,7 +65,10 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	// Uprobe programs load for the attach path this kernel supports, as
 	// multiprobe count would attach them.
 	if f, err := kernelprobe.Detect(); err == nil {
-		opts.AttachType = load.UprobeAttachType(f.Path())
+		p := f.Path()
+		opts.AttachType = func(_ string, spec *ebpf.ProgramSpec) ebpf.AttachType {
+			return kernelprobe.AttachType(spec, p)
+		}
 	}
 	// Every run records measured costs, so that --order cached has them the
 	// next time; a cache that cannot be opened only matters for that order.
