@@ -63,3 +63,75 @@ func TestPlanProgramTypeMix(t *testing.T) {
 		t.Errorf("renames %v %v", p.jobs[0].rename, p.jobs[1].rename)
 	}
 }
+
+// FuzzPlan decodes bytes into programs × maps × references (unused maps,
+// empty sets, contents naming programs or nothing) and checks that the
+// planning never panics, orders every job once, and is deterministic.
+func FuzzPlan(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{1, 1, 0, 0})          // one program, one unused prog array
+	f.Add([]byte{2, 1, 0, 1, 1, 2, 3}) // two kinds on one map
+	f.Fuzz(func(t *testing.T, data []byte) {
+		next := func() int {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return int(b)
+		}
+		nprog, nmap := next()%8, next()%4
+		types := []ebpf.ProgramType{ebpf.Kprobe, ebpf.PerfEvent, ebpf.SocketFilter, ebpf.UnspecifiedProgram}
+		spec := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: map[string]*ebpf.ProgramSpec{}}
+		for i := range nmap {
+			ms := &ebpf.MapSpec{Name: "m" + string(rune('a'+i)), Type: ebpf.Array}
+			if next()%2 == 0 {
+				ms.Type = ebpf.ProgramArray
+			}
+			for range next() % 3 {
+				ms.Contents = append(ms.Contents, ebpf.MapKV{Key: uint32(0), Value: "p" + string(rune('a'+next()%9))})
+			}
+			spec.Maps[ms.Name] = ms
+		}
+		for i := range nprog {
+			ps := &ebpf.ProgramSpec{Name: "p" + string(rune('a'+i)), Type: types[next()%len(types)], AttachType: ebpf.AttachType(next() % 2 * int(ebpf.AttachTraceUprobeMulti))}
+			for range next() % 3 {
+				if nmap > 0 {
+					ps.Instructions = append(ps.Instructions, asm.LoadMapPtr(asm.R1, 0).WithReference("m"+string(rune('a'+next()%nmap))))
+				}
+			}
+			ps.Instructions = append(ps.Instructions, asm.Return())
+			spec.Programs[ps.Name] = ps
+		}
+		for _, split := range []bool{false, true} {
+			for _, at := range []bool{false, true} {
+				o := &Options{SplitTailCallMaps: split}
+				p, err := planCollection(spec, o, at)
+				q, err2 := planCollection(spec, o, at)
+				if (err == nil) != (err2 == nil) || err != nil && err.Error() != err2.Error() {
+					t.Fatalf("not deterministic: %v / %v", err, err2)
+				}
+				if err != nil {
+					if !errors.Is(err, ErrTailCallMix) {
+						t.Fatalf("unexpected error %v", err)
+					}
+					continue
+				}
+				seen := map[*job]bool{}
+				for _, j := range p.order {
+					seen[j] = true
+				}
+				if len(seen) != len(p.jobs) || len(p.order) != len(q.order) {
+					t.Fatalf("order is not a permutation of the jobs")
+				}
+				for _, j := range p.jobs {
+					for _, r := range j.rename {
+						if p.maps[r] == nil {
+							t.Fatalf("%s renamed to missing map %s", j.name, r)
+						}
+					}
+				}
+			}
+		}
+	})
+}
