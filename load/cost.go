@@ -80,7 +80,10 @@ func DefaultCostCachePath() (string, error) {
 // if path is empty. A missing file gives an empty cache. A file that cannot
 // be decoded (corrupt, or of another version) also gives an empty cache,
 // which [CostCache.Save] overwrites: a cache must never stop an agent from
-// starting. Other read errors are returned.
+// starting. Other read errors are returned; a path another user could have
+// planted or could change (see [ErrUnsafeCostCache]) is refused, and the
+// file is opened without following a symlink or blocking, and read only up
+// to a size no cache reaches.
 func OpenCostCache(path string) (*CostCache, error) {
 	if path == "" {
 		p, err := DefaultCostCachePath()
@@ -90,12 +93,21 @@ func OpenCostCache(path string) (*CostCache, error) {
 		path = p
 	}
 	c := &CostCache{path: path, release: kernelRelease(), entries: map[string]costEntry{}}
-	data, err := os.ReadFile(path)
+	d, err := openCostDir(filepath.Dir(path))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Save creates the directory.
+		return c, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.close()
+	data, err := d.read(filepath.Base(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read cost cache: %w", err)
+		return nil, err
 	}
 	if entries, err := decodeCosts(data); err == nil {
 		c.entries = entries
@@ -165,7 +177,9 @@ func (c *CostCache) record(spec *ebpf.ProgramSpec, attach ebpf.AttachType, cost 
 
 // Save writes the cache to its file, creating the directory, through a
 // temporary file renamed into place so that a concurrent reader never sees
-// half a file.
+// half a file. It refuses, wrapping [ErrUnsafeCostCache], a directory that
+// is not the user's own or that others can write, and a path that exists as
+// anything but a regular file (a device node is never replaced).
 func (c *CostCache) Save() error {
 	if c.path == "" {
 		return nil
@@ -187,25 +201,16 @@ func (c *CostCache) Save() error {
 		return fmt.Errorf("encode cost cache: %w", err)
 	}
 	dir := filepath.Dir(c.path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// A new directory is made private; an existing one is checked as it is.
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("save cost cache: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".load-costs-*")
+	d, err := openCostDir(dir)
 	if err != nil {
-		return fmt.Errorf("save cost cache: %w", err)
+		return err
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save cost cache %s: %w", c.path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("save cost cache %s: %w", c.path, err)
-	}
-	if err := os.Rename(tmp.Name(), c.path); err != nil {
-		return fmt.Errorf("save cost cache: %w", err)
-	}
-	return nil
+	defer d.close()
+	return d.write(filepath.Base(c.path), append(data, '\n'))
 }
 
 // key hashes what decides the verifier's work: the program's type, expected

@@ -19,6 +19,13 @@ var (
 	// verifier accepted but the kernel then refused to load.
 	ErrAfterVerification = errors.New("the verifier accepted the program but the kernel refused it")
 
+	// ErrUnsafeCostCache is wrapped by the error of a cost cache whose file
+	// or directory another user could have placed or could change: a
+	// symlink, a device, FIFO or other non-regular file, a file too large
+	// to be a cache, or a directory not owned by the current user (or root)
+	// or writable by group or others.
+	ErrUnsafeCostCache = errors.New("cost cache path is not safe to use")
+
 	// ErrNoCostCache is returned for [OrderCached] without [Options.Costs].
 	ErrNoCostCache = errors.New("order cached needs a cost cache (Options.Costs)")
 )

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -78,6 +79,10 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 		opts.Costs = costs
 	case order == load.OrderCached:
 		return err
+	case *costPath != "" && errors.Is(err, load.ErrUnsafeCostCache):
+		// A path the user named that is a device, FIFO, link or in a
+		// directory others control is a mistake to report, not to skip.
+		return fmt.Errorf("--cost-cache: %w", err)
 	default:
 		fmt.Fprintf(stderr, "multiprobe load: not recording costs: %v\n", err)
 	}

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/load"
@@ -155,5 +158,26 @@ func TestLoadFailuresReported(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d programs with errors in JSON, want 1", n)
+	}
+}
+
+// TestLoadCostCacheRefusesDevice checks that --cost-cache naming a device
+// node fails before anything loads and leaves the node as it was (it used
+// to be replaced by a regular file).
+func TestLoadCostCacheRefusesDevice(t *testing.T) {
+	testutil.RequireRoot(t)
+	dev := filepath.Join(t.TempDir(), "null")
+	// A copy of /dev/null's node, never the real one.
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"load", "--cost-cache", dev, loadTestObject}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "is a character device, not a regular file") {
+		t.Errorf("exit %d, stderr %q; want exit 1 naming the character device", code, stderr.String())
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dev, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		t.Errorf("device node changed: mode %#o, err %v", st.Mode, err)
 	}
 }
