@@ -126,7 +126,7 @@ func (e *ProgramError) stats() string {
 	for _, line := range ve.Log {
 		if strings.HasPrefix(line, "processed ") {
 			s, _, _ := strings.Cut(line, " (limit")
-			return "verified: " + s + " instructions"
+			return "verifier: " + s
 		}
 	}
 	return ""
