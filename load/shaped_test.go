@@ -246,20 +246,30 @@ func BenchmarkShaped(b *testing.B) {
 	failSpec.Programs["pe_entry09"].Instructions = renameRef(failSpec.Programs["pe_entry09"].Instructions, "jmp", "owned")
 	failSpec.Maps["owned"] = &ebpf.MapSpec{Name: "owned", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 4}
 	owned := kprobeOwned(b)
-	b.Run("fail-after-verification", func(b *testing.B) {
-		spec := failSpec
-		var wall time.Duration
+	// Side by side in each iteration, so that the machine's noise hits
+	// both: the failing object, then the good one.
+	b.Run("failure-vs-success", func(b *testing.B) {
+		var failWall, okWall time.Duration
 		n := 0
 		for b.Loop() {
 			start := time.Now()
-			_, _, err := Collection(spec, &Options{SplitTailCallMaps: true, MapReplacements: map[string]*ebpf.Map{"owned": owned}})
-			wall += time.Since(start)
+			_, _, err := Collection(failSpec, &Options{SplitTailCallMaps: true, MapReplacements: map[string]*ebpf.Map{"owned": owned}})
+			failWall += time.Since(start)
 			if !errors.Is(err, ErrAfterVerification) {
 				b.Fatalf("err = %v, want ErrAfterVerification", err)
 			}
+			start = time.Now()
+			coll, _, err := Collection(spec, &Options{SplitTailCallMaps: true})
+			okWall += time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			coll.Close()
 			n++
 		}
-		b.ReportMetric(float64(wall.Milliseconds())/float64(n), "wall-ms")
+		b.ReportMetric(float64(failWall.Milliseconds())/float64(n), "fail-ms")
+		b.ReportMetric(float64(okWall.Milliseconds())/float64(n), "ok-ms")
+		b.ReportMetric(float64(failWall)/float64(okWall), "x-fail/ok")
 	})
 }
 
