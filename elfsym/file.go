@@ -378,6 +378,12 @@ func checkHeaderTables(data []byte) error {
 		return nil
 	}
 	h := data[shoff+shstrndx*shentsize:]
+	if elf.SectionFlag(le.Uint64(h[8:]))&elf.SHF_COMPRESSED != 0 {
+		// Its size would be the compression header's claim, which
+		// debug/elf allocates before decompressing; no toolchain
+		// compresses this table.
+		return fmt.Errorf("section name table is compressed (flags %#x)", le.Uint64(h[8:]))
+	}
 	off, size := le.Uint64(h[24:]), le.Uint64(h[32:])
 	if elf.SectionType(le.Uint32(h[4:])) != elf.SHT_NOBITS && (off > uint64(len(data)) || size > uint64(len(data))-off) {
 		return fmt.Errorf("section name table (offset %#x, size %#x) is past the end of the file (%d bytes): truncated?",
