@@ -364,5 +364,30 @@ func checkHeaderTables(data []byte) error {
 			shnum = le.Uint64(data[shoff+32:])
 		}
 	}
-	return fits("section header", shoff, shnum, shentsize)
+	if err := fits("section header", shoff, shnum, shentsize); err != nil {
+		return err
+	}
+	// debug/elf reads the section name table before anything else, in
+	// chunks of up to 10 MB sized by the header's claim: a size past the
+	// end of the file would allocate that much before the read fails.
+	shstrndx := uint64(le.Uint16(data[62:]))
+	if shstrndx == uint64(elf.SHN_XINDEX) && shnum > 0 && shentsize >= 64 {
+		shstrndx = uint64(le.Uint32(data[shoff+40:]))
+	}
+	if shstrndx == 0 || shstrndx >= shnum || shentsize < 64 {
+		return nil
+	}
+	h := data[shoff+shstrndx*shentsize:]
+	if elf.SectionFlag(le.Uint64(h[8:]))&elf.SHF_COMPRESSED != 0 {
+		// Its size would be the compression header's claim, which
+		// debug/elf allocates before decompressing; no toolchain
+		// compresses this table.
+		return fmt.Errorf("section name table is compressed (flags %#x)", le.Uint64(h[8:]))
+	}
+	off, size := le.Uint64(h[24:]), le.Uint64(h[32:])
+	if elf.SectionType(le.Uint32(h[4:])) != elf.SHT_NOBITS && (off > uint64(len(data)) || size > uint64(len(data))-off) {
+		return fmt.Errorf("section name table (offset %#x, size %#x) is past the end of the file (%d bytes): truncated?",
+			off, size, len(data))
+	}
+	return nil
 }
