@@ -1,11 +1,14 @@
 package testutil
 
 import (
+	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // Snapshot is what a test checks to prove that a Close, or a failed attach,
@@ -43,6 +46,23 @@ func ProgramLinks(tb testing.TB, progs ...*ebpf.Program) []link.ID {
 		id, _ := info.ID()
 		ours[id] = true
 	}
+	// The kernel lists a link's ID from its creation but hands out an fd
+	// for it only once it is settled (EAGAIN before), so a link another
+	// test is making can stop the walk: start again.
+	for try := 0; ; try++ {
+		ids, err := walkLinks(ours)
+		if err == nil {
+			return ids
+		}
+		if !errors.Is(err, unix.EAGAIN) || try == 20 {
+			tb.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// walkLinks lists the kernel's links attached to the programs in ours.
+func walkLinks(ours map[ebpf.ProgramID]bool) ([]link.ID, error) {
 	var ids []link.ID
 	var it link.Iterator
 	for it.Next() {
@@ -54,10 +74,7 @@ func ProgramLinks(tb testing.TB, progs ...*ebpf.Program) []link.ID {
 			ids = append(ids, it.ID)
 		}
 	}
-	if err := it.Err(); err != nil {
-		tb.Fatal(err)
-	}
-	return ids
+	return ids, it.Err()
 }
 
 // Check fails tb if the fds or links differ from the snapshot's.
