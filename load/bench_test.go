@@ -39,23 +39,16 @@ func BenchmarkLoad(b *testing.B) {
 	}
 	for _, order := range []Order{OrderGiven, OrderLPT, OrderCached} {
 		b.Run(order.String(), func(b *testing.B) {
-			var makespan, bound, work time.Duration
-			n := 0
+			var sum profileSum
 			for b.Loop() {
 				coll, prof, err := Collection(spec, &Options{Order: order, Costs: costs})
 				if err != nil {
 					b.Fatal(err)
 				}
 				coll.Close()
-				makespan += prof.Makespan
-				bound += prof.LowerBound
-				work += prof.Work
-				n++
+				sum.add(prof)
 			}
-			b.ReportMetric(float64(makespan.Milliseconds())/float64(n), "makespan-ms")
-			b.ReportMetric(float64(bound.Milliseconds())/float64(n), "bound-ms")
-			b.ReportMetric(float64(work.Milliseconds())/float64(n), "work-ms")
-			b.ReportMetric(float64(makespan)/float64(bound), "x-bound")
+			sum.report(b)
 		})
 	}
 }
@@ -240,4 +233,28 @@ func heapProfile() map[[32]uintptr][2]int64 {
 		m[r.Stack0] = [2]int64{c[0] + r.AllocObjects, c[1] + r.AllocBytes}
 	}
 	return m
+}
+
+// profileSum adds up the Profiles of a benchmark's loads, to report them
+// per load.
+type profileSum struct {
+	makespan, bound, work time.Duration
+	n                     int
+}
+
+func (s *profileSum) add(p *Profile) {
+	s.makespan += p.Makespan
+	s.bound += p.LowerBound
+	s.work += p.Work
+	s.n++
+}
+
+// report gives the mean makespan, lower bound max(longest, work/CPUs) and
+// work, and the makespan over the bound.
+func (s *profileSum) report(b *testing.B) {
+	n := float64(s.n)
+	b.ReportMetric(float64(s.makespan.Milliseconds())/n, "makespan-ms")
+	b.ReportMetric(float64(s.bound.Milliseconds())/n, "bound-ms")
+	b.ReportMetric(float64(s.work.Milliseconds())/n, "work-ms")
+	b.ReportMetric(float64(s.makespan)/float64(s.bound), "x-bound")
 }

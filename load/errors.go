@@ -7,6 +7,7 @@ import (
 	"syscall"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -133,19 +134,11 @@ func (e *ProgramError) stats() string {
 }
 
 func errnoName(e syscall.Errno) string {
-	switch e {
-	case syscall.EINVAL:
-		return "EINVAL"
-	case syscall.EPERM:
-		return "EPERM"
-	case syscall.EACCES:
-		return "EACCES"
-	case syscall.E2BIG:
-		return "E2BIG"
-	case syscall.ENOMEM:
-		return "ENOMEM"
-	case 524:
-		return "ENOTSUPP"
+	if name := unix.ErrnoName(e); name != "" {
+		return name
+	}
+	if e == 524 {
+		return "ENOTSUPP" // the kernel's own, unknown to libc
 	}
 	return fmt.Sprintf("errno %d", int(e))
 }

@@ -208,8 +208,8 @@ func BenchmarkShaped(b *testing.B) {
 		coll.Close()
 	}
 	run := func(b *testing.B, opts func() *Options, fail bool) {
-		var makespan, bound, work, wall time.Duration
-		n := 0
+		var sum profileSum
+		var wall time.Duration
 		for b.Loop() {
 			start := time.Now()
 			coll, prof, err := Collection(spec, opts())
@@ -220,16 +220,10 @@ func BenchmarkShaped(b *testing.B) {
 			if coll != nil {
 				coll.Close()
 			}
-			makespan += prof.Makespan
-			bound += prof.LowerBound
-			work += prof.Work
-			n++
+			sum.add(prof)
 		}
-		b.ReportMetric(float64(makespan.Milliseconds())/float64(n), "makespan-ms")
-		b.ReportMetric(float64(bound.Milliseconds())/float64(n), "bound-ms")
-		b.ReportMetric(float64(work.Milliseconds())/float64(n), "work-ms")
-		b.ReportMetric(float64(wall.Milliseconds())/float64(n), "wall-ms")
-		b.ReportMetric(float64(makespan)/float64(bound), "x-bound")
+		sum.report(b)
+		b.ReportMetric(float64(wall.Milliseconds())/float64(sum.n), "wall-ms")
 	}
 	b.Run("lpt", func(b *testing.B) {
 		run(b, func() *Options { return &Options{SplitTailCallMaps: true} }, false)
