@@ -19,9 +19,9 @@ import (
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 // paths returns the attach paths to test on this kernel: its own, checked
@@ -51,25 +51,45 @@ func forEachPath(t *testing.T, fn func(t *testing.T, f kernelprobe.Features)) {
 	}
 }
 
-// setup loads the counter programs, prepared (multiprobe.Prepare) for the
-// path of f and for opts, and sets opts.Features and opts.Maps.
-func setup(t *testing.T, f kernelprobe.Features, opts *multiprobe.Options) *testprogs.Counter {
+// setup resolves each group of specs into a plan with opts on the path of
+// f, prepares the counter's spec for every plan, and loads it as a bpf2go
+// user does (LoadAndAssign into the generated struct).
+func setup(t *testing.T, f kernelprobe.Features, opts multiprobe.Options, groups ...[]string) (*testprogs.Counter, []*multiprobe.Plan) {
 	t.Helper()
+	opts.Features = &f
 	spec, err := testprogs.CounterSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Features = &f
-	if err := multiprobe.Prepare(spec, opts); err != nil {
-		t.Fatal(err)
+	plans := make([]*multiprobe.Plan, len(groups))
+	for i, g := range groups {
+		pl, err := multiprobe.Resolve(mustParse(t, g...), &opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pl.Close() })
+		if err := pl.Prepare(spec); err != nil {
+			t.Fatal(err)
+		}
+		plans[i] = pl
 	}
 	c, err := testprogs.NewCounter(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	opts.Maps = c.Maps
-	return c
+	return c, plans
+}
+
+// mustAttach attaches prog to pl's sites, detaching at the end of the test.
+func mustAttach(t *testing.T, pl *multiprobe.Plan, prog *ebpf.Program) *multiprobe.Link {
+	t.Helper()
+	l, err := pl.Attach(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 // checkPath fails t if l did not take the path of f.
@@ -123,17 +143,16 @@ func runTarget(t *testing.T, path string, calls int) {
 func TestManySites(t *testing.T) {
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		n, calls := sitesFor(f, 10_000, 100), 2
-		opts := &multiprobe.Options{}
-		c := setup(t, f, opts)
 		target := testprogs.PrivateTarget(t, n)
+		c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*"}, []string{"uretprobe:" + target + ":func_*"})
 		before := testutil.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
 
-		l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), opts)
+		l, err := plans[0].Attach(c.CountEntry)
 		if err != nil {
 			t.Fatal(err)
 		}
 		checkPath(t, l, f)
-		rl, err := multiprobe.Attach(c.RecordReturn, mustParse(t, "uretprobe:"+target+":func_*"), opts)
+		rl, err := plans[1].Attach(c.RecordReturn)
 		if err != nil {
 			l.Close()
 			t.Fatal(err)
@@ -204,16 +223,11 @@ func TestAliasesCountedOnce(t *testing.T) {
 
 func testAliasesCountedOnce(t *testing.T, f kernelprobe.Features) {
 	const n, calls = 100, 3
-	opts := &multiprobe.Options{}
-	c := setup(t, f, opts)
 	target := testprogs.PrivateTarget(t, n)
-	l, err := multiprobe.Attach(c.CountEntry, mustParse(t,
-		"uprobe:"+target+":func_000[0-4]?,alias_000[0-4]?",
-		"uprobe:"+target+":func_0000?"), opts) // overlaps the first probe
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	c, plans := setup(t, f, multiprobe.Options{}, []string{
+		"uprobe:" + target + ":func_000[0-4]?,alias_000[0-4]?",
+		"uprobe:" + target + ":func_0000?"}) // overlaps the first probe
+	l := mustAttach(t, plans[0], c.CountEntry)
 	checkPath(t, l, f)
 	sites := l.Sites()
 	if len(sites) != 50 {
@@ -226,8 +240,8 @@ func testAliasesCountedOnce(t *testing.T, f kernelprobe.Features) {
 	}
 	for cookie, s := range sites {
 		i := funcIndex(t, s.Name)
-		if testprogs.HasAlias(i) && len(s.Aliases) != 1 {
-			t.Errorf("%s: aliases %q, want [%s]", s.Name, s.Aliases, testprogs.AliasName(i))
+		if testprogs.HasAlias(i) && len(s.Symbol.Aliases) != 1 {
+			t.Errorf("%s: aliases %q, want [%s]", s.Name, s.Symbol.Aliases, testprogs.AliasName(i))
 		}
 		if want := uint64(testprogs.ExpectedCalls(i, calls)); counts[cookie] != want {
 			t.Errorf("%s: %d calls counted, want %d", s.Name, counts[cookie], want)
@@ -271,13 +285,8 @@ func testPIDFilter(t *testing.T, f kernelprobe.Features) {
 	chosen, chosenIn := startWaiting(t, target, calls)
 	other, otherIn := startWaiting(t, target, calls)
 
-	opts := &multiprobe.Options{PID: chosen.Process.Pid}
-	c := setup(t, f, opts)
-	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	c, plans := setup(t, f, multiprobe.Options{PID: chosen.Process.Pid}, []string{"uprobe:" + target + ":func_*"})
+	l := mustAttach(t, plans[0], c.CountEntry)
 	checkPath(t, l, f)
 	for _, in := range []io.WriteCloser{chosenIn, otherIn} {
 		in.Write([]byte("go\n"))
@@ -322,14 +331,9 @@ func testLibrary(t *testing.T, f kernelprobe.Features) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	opts := &multiprobe.Options{PID: cmd.Process.Pid}
-	c := setup(t, f, opts)
-	l, err := multiprobe.Attach(c.CountEntry, mustParse(t, "uprobe:libc.so.6:nanosleep"), opts)
-	if err != nil {
-		cmd.Process.Kill()
-		t.Fatal(err)
-	}
-	defer l.Close()
+	defer cmd.Process.Kill()
+	c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid}, []string{"uprobe:libc.so.6:nanosleep"})
+	l := mustAttach(t, plans[0], c.CountEntry)
 	checkPath(t, l, f)
 	stdin.Write([]byte("go\n"))
 	stdin.Close()
@@ -357,44 +361,38 @@ func TestNothingLeftOnFailure(t *testing.T) {
 
 func testNothingLeftOnFailure(t *testing.T, f kernelprobe.Features) {
 	const n = 20
-	opts := &multiprobe.Options{}
-	c := setup(t, f, opts)
 	target := testprogs.PrivateTarget(t, n)
-	sites, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone := filepath.Join(t.TempDir(), "gone")
-	if err := os.WriteFile(gone, nil, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.Remove(gone)
-
+	second := testprogs.PrivateTarget(t, n)
+	c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*", "uprobe:" + second + ":func_*"})
 	wrong, err := testprogs.LoadCounter(otherPath(f.Path()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wrong.Close()
 
+	// The second binary changes in place after Resolve: the whole attach
+	// must fail, leaving the first binary's sites unattached too.
+	// A binary of its own, so that the change does not reach the other
+	// cases' plans.
+	third := testprogs.PrivateTarget(t, n)
+	_, changedPlans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*", "uprobe:" + third + ":func_*"})
+
 	tests := []struct {
-		name  string
-		prog  *ebpf.Program
-		sites func() []multiprobe.Site
-		want  error
+		name   string
+		plan   *multiprobe.Plan
+		prog   *ebpf.Program
+		before func()
+		want   error
 	}{
-		{"second binary missing", c.CountEntry, func() []multiprobe.Site {
-			s := append([]multiprobe.Site(nil), sites...)
-			s[len(s)-1].Path = gone
-			return s
-		}, fs.ErrNotExist},
-		{"offset past the end", c.CountEntry, func() []multiprobe.Site {
-			s := append([]multiprobe.Site(nil), sites...)
-			e := *s[len(s)-1].Site // the symbol is shared with sites
-			e.Offset = 1 << 40
-			s[len(s)-1].Site = &e
-			return s
-		}, attach.ErrInvalidTarget},
-		{"program for the other path", wrong.CountEntry, func() []multiprobe.Site { return sites }, attach.ErrWrongProgram},
+		{"second binary changed in place", changedPlans[0], c.CountEntry, func() {
+			fd, err := os.OpenFile(third, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fd.WriteAt([]byte{0}, 0x100)
+			fd.Close()
+		}, multiprobe.ErrFileChanged},
+		{"program for the other path", plans[0], wrong.CountEntry, func() {}, attach.ErrWrongProgram},
 	}
 	native, _ := kernelprobe.Detect()
 	for _, tt := range tests {
@@ -406,7 +404,8 @@ func testNothingLeftOnFailure(t *testing.T, f kernelprobe.Features) {
 				testutil.RequireKernelFeature(t, native.UprobeMulti, "uprobe_multi")
 			}
 			before := testutil.TakeSnapshot(t, c.CountEntry, wrong.CountEntry)
-			l, err := multiprobe.AttachSites(tt.prog, tt.sites(), opts)
+			tt.before()
+			l, err := tt.plan.Attach(tt.prog)
 			if err == nil {
 				l.Close()
 				t.Fatal("attach succeeded")
@@ -430,11 +429,13 @@ func otherPath(p kernelprobe.Path) kernelprobe.Path {
 // TestErrors checks that bad input gives errors that say what to fix.
 func TestErrors(t *testing.T) {
 	f := paths(t)[0]
-	opts := &multiprobe.Options{}
-	c := setup(t, f, opts)
 	notELF := filepath.Join(t.TempDir(), "script")
 	os.WriteFile(notELF, []byte("#!/bin/sh\necho this is not an ELF file\n"), 0o755)
 	target := testprogs.PrivateTarget(t, 5)
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	tests := []struct {
 		name     string
@@ -448,13 +449,18 @@ func TestErrors(t *testing.T) {
 		{"not ELF", "uprobe:" + notELF + ":f", nil, elfsym.ErrNotELF, notELF},
 		{"no match", "uprobe:" + target + ":func_0009*", nil, elfsym.ErrNoMatch, "func_0009*"},
 		{"no such pid", "uprobe:" + target + ":func_*", &multiprobe.Options{PID: 1 << 22}, unix.ESRCH, "does not exist"},
+		{"fifo", "uprobe:" + fifo + ":f", nil, elfsym.ErrNotRegular, fifo},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := multiprobe.Attach(c.CountEntry, mustParse(t, tt.spec), tt.opts)
+			opts := multiprobe.Options{Features: &f}
+			if tt.opts != nil {
+				opts.PID = tt.opts.PID
+			}
+			pl, err := multiprobe.Resolve(mustParse(t, tt.spec), &opts)
 			if err == nil {
-				l.Close()
-				t.Fatal("attach succeeded")
+				pl.Close()
+				t.Fatal("resolve succeeded")
 			}
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.contains) {
 				t.Errorf("error %q: want %v, mentioning %q", err, tt.want, tt.contains)
@@ -476,10 +482,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv("MULTIPROBE_UNPRIVILEGED_HELPER") == "1" {
 		probes, err := multiprobe.ParseProbes("uprobe:libc.so.6:malloc")
 		if err == nil {
-			var l *multiprobe.Link
-			if l, err = multiprobe.Attach(nil, probes, nil); err == nil {
-				l.Close()
-				fmt.Println("attach succeeded without privileges")
+			var pl *multiprobe.Plan
+			if pl, err = multiprobe.Resolve(probes, nil); err == nil {
+				pl.Close()
+				fmt.Println("resolve succeeded without privileges")
 				os.Exit(1)
 			}
 		}
@@ -533,13 +539,8 @@ func TestPIDSet(t *testing.T) {
 		b, bIn := startWaiting(t, target, calls)
 		c, cIn := startWaiting(t, target, calls)
 
-		opts := &multiprobe.Options{PIDs: []int{a.Process.Pid}}
-		cnt := setup(t, f, opts)
-		l, err := multiprobe.Attach(cnt.CountEntry, mustParse(t, "uprobe:"+target+":func_*"), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		cnt, plans := setup(t, f, multiprobe.Options{PIDs: []int{a.Process.Pid}}, []string{"uprobe:" + target + ":func_*"})
+		l := mustAttach(t, plans[0], cnt.CountEntry)
 		release := func(cmd *exec.Cmd, in io.WriteCloser) {
 			in.Write([]byte("go\n"))
 			in.Close()
@@ -581,18 +582,13 @@ func TestCookiesAcrossProbes(t *testing.T) {
 
 func testCookiesAcrossProbes(t *testing.T, f kernelprobe.Features) {
 	const n, calls = 100, 2
-	opts := &multiprobe.Options{}
-	c := setup(t, f, opts)
 	target := testprogs.PrivateTarget(t, n)
-	l, err := multiprobe.Attach(c.CountEntry, mustParse(t,
-		"uprobe:"+target+":func_0000?",
-		"uretprobe:"+target+":func_0001?",
-		"uprobe:"+target+":func_000[0-2]?", // func_0000? again: only func_0002? is new
-		"uretprobe:"+target+":func_0003?,func_0001?"), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	c, plans := setup(t, f, multiprobe.Options{}, []string{
+		"uprobe:" + target + ":func_0000?",
+		"uretprobe:" + target + ":func_0001?",
+		"uprobe:" + target + ":func_000[0-2]?", // func_0000? again: only func_0002? is new
+		"uretprobe:" + target + ":func_0003?,func_0001?"})
+	l := mustAttach(t, plans[0], c.CountEntry)
 	checkPath(t, l, f)
 	sites := l.Sites()
 	if len(sites) != 50 {
@@ -633,12 +629,12 @@ func TestSession(t *testing.T) {
 	defer s.Close()
 	const n, calls = 50, 2
 	target := testprogs.PrivateTarget(t, n)
-	l, err := multiprobe.Attach(s.CountSession, mustParse(t, "uprobe:"+target+":func_*"),
-		&multiprobe.Options{Session: true, Features: &native})
+	pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Session: true, Features: &native})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer pl.Close()
+	l := mustAttach(t, pl, s.CountSession)
 	runTarget(t, target, calls)
 	sites := l.Sites()
 	entries, _ := testprogs.ReadArray(s.Entries, len(sites))
@@ -672,10 +668,10 @@ func TestSession(t *testing.T) {
 		{"kernel before 6.13", "uprobe:" + target + ":func_*", noSession, attach.ErrSessionUnsupported},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			l, err := multiprobe.Attach(s.CountSession, mustParse(t, tt.spec), &multiprobe.Options{Session: true, Features: &tt.features})
+			pl, err := multiprobe.Resolve(mustParse(t, tt.spec), &multiprobe.Options{Session: true, Features: &tt.features})
 			if err == nil {
-				l.Close()
-				t.Fatal("attach succeeded")
+				pl.Close()
+				t.Fatal("resolve succeeded")
 			}
 			if !errors.Is(err, tt.want) {
 				t.Errorf("error %q, want %v", err, tt.want)

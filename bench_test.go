@@ -2,15 +2,17 @@ package multiprobe_test
 
 import (
 	"fmt"
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/attach"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf/link"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 // BenchmarkAttach measures attach plus detach of N sites selected by a glob,
@@ -42,7 +44,7 @@ func BenchmarkAttach(b *testing.B) {
 			var attach time.Duration
 			for b.Loop() {
 				t0 := time.Now()
-				l, err := multiprobe.Attach(c.CountEntry, probes, nil)
+				l, err := attachProbes(c.CountEntry, probes)
 				attach += time.Since(t0)
 				if err != nil {
 					b.Fatal(err)
@@ -111,6 +113,10 @@ func BenchmarkAttach(b *testing.B) {
 // cilium:
 //
 //	go test -run='^$' -bench=AttachRatio -benchtime=8x -count=10 . | tee /tmp/r.txt; benchstat /tmp/r.txt
+//
+// It also measures the floor, a bare uprobe_multi link create (package
+// attach) with the offsets and cookies computed beforehand, and reports
+// multiprobe's attach over it (floor-ratio).
 func BenchmarkAttachRatio(b *testing.B) {
 	testutil.RequireBPF(b)
 	c, err := testprogs.LoadCounter(kernelprobe.PathUprobeMulti)
@@ -121,10 +127,22 @@ func BenchmarkAttachRatio(b *testing.B) {
 	for _, n := range []int{1000, 10_000, 100_000} {
 		target, names, probes := benchTarget(b, n)
 		b.Run(fmt.Sprintf("sites=%d", n), func(b *testing.B) {
-			var mpAttach, mpCycle, ciAttach, ciCycle time.Duration
+			var mpAttach, mpCycle, ciAttach, ciCycle, flAttach time.Duration
+			// The floor: one bare uprobe_multi link create with the
+			// offsets and cookies already computed.
+			floorTargets := floorOf(b, probes)
+			fl := func() {
+				t0 := time.Now()
+				l, err := attach.UprobeMulti(c.CountEntry, floorTargets, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				flAttach += time.Since(t0)
+				l.Close()
+			}
 			mp := func() {
 				t0 := time.Now()
-				l, err := multiprobe.Attach(c.CountEntry, probes, nil)
+				l, err := attachProbes(c.CountEntry, probes)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -154,7 +172,9 @@ func BenchmarkAttachRatio(b *testing.B) {
 				if first {
 					mp()
 					ci()
+					fl()
 				} else {
+					fl()
 					ci()
 					mp()
 				}
@@ -165,8 +185,38 @@ func BenchmarkAttachRatio(b *testing.B) {
 			b.ReportMetric(ms(ciAttach), "cilium-attach-ms")
 			b.ReportMetric(float64(mpAttach)/float64(ciAttach), "attach-ratio")
 			b.ReportMetric(float64(mpCycle)/float64(ciCycle), "cycle-ratio")
+			b.ReportMetric(ms(flAttach), "floor-attach-ms")
+			b.ReportMetric(float64(mpAttach)/float64(flAttach), "floor-ratio")
 		})
 	}
+}
+
+// attachProbes is the whole user path for a program that needs no
+// preparing (uprobe_multi, cookies, no pids): resolve, then attach.
+func attachProbes(prog *ebpf.Program, probes []multiprobe.Probe) (*multiprobe.Link, error) {
+	pl, err := multiprobe.Resolve(probes, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer pl.Close()
+	return pl.Attach(prog)
+}
+
+// floorOf computes the targets of probes once, for the floor measurement.
+func floorOf(b *testing.B, probes []multiprobe.Probe) []attach.Target {
+	b.Helper()
+	pl, err := multiprobe.Resolve(probes, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pl.Close()
+	var t attach.Target
+	for _, s := range pl.Sites() {
+		t.Path = s.Path
+		t.Offsets = append(t.Offsets, s.Offset)
+		t.Cookies = append(t.Cookies, s.Cookie)
+	}
+	return []attach.Target{t}
 }
 
 // benchTarget builds a target of n functions and returns it with the names

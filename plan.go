@@ -1,31 +1,84 @@
 package multiprobe
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
-	"github.com/multiprobe/multiprobe/attach"
+	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/fds"
+	"github.com/multiprobe/multiprobe/internal/target"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"golang.org/x/sys/unix"
 )
 
-// A plan is what Resolve decides before it builds any Site: for each probe,
-// its file, what it selected and which of those sites no earlier probe of
-// the same file and kind took. Offsets and cookies follow from it, so
-// Attach can hand them to the kernel while the Sites are being built.
-type plan struct {
-	probes []planned
-	n      int  // sites over all probes
-	usdt   bool // some probe is a USDT probe
+// ErrFileChanged is returned by Plan.Attach when a binary was modified in
+// place after Resolve read it: its offsets may no longer be instructions.
+// Resolve again.
+var ErrFileChanged = errors.New("binary changed since it was resolved")
+
+// A Plan is what Resolve decided: for each probe its file, the sites it
+// selected and which of those no earlier probe of the same file and kind
+// took, with the kernel's features and the Options. Offsets and cookies
+// follow from it, so Attach hands them to the kernel while the Sites are
+// being built. Prepare readies a spec for the plan and Attach attaches a
+// program loaded from it, with the same Options, so the two cannot
+// disagree.
+//
+// A Plan holds every resolved binary open, so that Attach probes exactly
+// the file that was resolved even if its path is renamed or replaced in
+// between: Close releases them. A Plan is safe for concurrent use; Attach
+// may be called more than once (each Link has its own pids and ids).
+type Plan struct {
+	opts     Options
+	features kernelprobe.Features
+	probes   []planned
+	files    []*openFile
+	n        int  // sites over all probes
+	usdt     bool // some probe is a USDT probe
+
+	sitesOnce sync.Once
+	sites     []Site
+
+	mu       sync.Mutex
+	prepared []*preparedSpec // specs that went through Prepare
 }
 
 type planned struct {
 	probe *Probe
-	path  string
+	file  *openFile
 	sel   *elfsym.Selection // a uprobe's sites
 	usdt  []Site            // a USDT probe's sites, built already
 	// keep says which of the probe's sites are its own; nil: all of them.
 	keep []bool
+}
+
+// openFile is one resolved binary, held open from Resolve to Attach.
+type openFile struct {
+	path string // as resolved, for messages
+	real string // symlinks evaluated: two spellings of one file share it
+	f    *os.File
+	st   unix.Stat_t // at Resolve
+}
+
+// procPath names the open file for the parsers, so that they read the
+// inode that Resolve opened whatever happens to its path.
+func (o *openFile) procPath() string { return fmt.Sprintf("/proc/self/fd/%d", o.f.Fd()) }
+
+// changed reports whether the file was modified in place since Resolve.
+func (o *openFile) changed() error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(o.f.Fd()), &st); err != nil {
+		return fmt.Errorf("%s: %w", o.path, err)
+	}
+	if st.Size != o.st.Size || st.Mtim != o.st.Mtim || st.Ctim != o.st.Ctim {
+		return fmt.Errorf("%s: size or modification time differ from when it was resolved: %w", o.path, ErrFileChanged)
+	}
+	return nil
 }
 
 // offsets returns the file offsets of the probe's sites, kept or not.
@@ -40,52 +93,82 @@ func (p *planned) offsets() []uint64 {
 	return offs
 }
 
-// selectProbes resolves probes to a plan.
-func selectProbes(probes []Probe) (*plan, error) {
+// count returns how many of the probe's n sites it keeps.
+func (p *planned) count(n int) int {
+	if p.keep == nil {
+		return n
+	}
+	k := 0
+	for _, b := range p.keep {
+		if b {
+			k++
+		}
+	}
+	return k
+}
+
+// Resolve resolves probes to the sites they select, in the order of the
+// probes and, within one, of file offset, and decides with the kernel's
+// features (or opts.Features) how they will attach. A site that two probes
+// of the same kind select appears once, for the first: attached twice, its
+// program would run twice per call. The cookie of each site is its index in
+// Plan.Sites. opts may be nil.
+func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	if len(probes) == 0 {
 		return nil, fmt.Errorf("%w: no probes", ErrBadSpec)
 	}
+	for i := range probes {
+		if err := probes[i].validate(); err != nil {
+			return nil, err
+		}
+	}
+	pl := &Plan{}
+	if opts != nil {
+		pl.opts = *opts
+		pl.opts.PIDs = slices.Clone(opts.PIDs)
+	}
+	if err := pl.setup(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			pl.Close()
+		}
+	}()
 	// Dedup needs a set of offsets only for a file and kind that a second
 	// probe selects from; most calls have one probe per file, and hashing
 	// 100,000 offsets would cost more than resolving them.
 	type fileKind struct {
-		path string
+		real string
 		kind Kind
 	}
 	earlier := map[fileKind][]int{} // indexes into pl.probes
 	sets := map[fileKind]map[uint64]bool{}
-	files := map[string]*elfsym.File{}
+	syms := map[string]*elfsym.File{}
 	defer func() {
-		for _, f := range files {
+		for _, f := range syms {
 			f.Close()
 		}
 	}()
-	pl := &plan{}
 	// Sites point at their probe: at a copy, not at the caller's slice.
 	probes = slices.Clone(probes)
 	for i := range probes {
 		p := &probes[i]
-		path, err := elfsym.LookPath(p.Target)
+		of, err := pl.open(p.Target)
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
 		}
-		// Two spellings of one file (a symlink, a library name) share
-		// their sites.
-		real, err := filepath.EvalSymlinks(path)
-		if err != nil {
-			real = path
-		}
-		pp := planned{probe: p, path: path}
+		pp := planned{probe: p, file: of}
 		if p.Kind == USDT {
 			pl.usdt = true
-			pp.usdt, err = resolveUSDT(path, p)
+			pp.usdt, err = resolveUSDT(of, p)
 		} else {
-			f := files[real]
+			f := syms[of.real]
 			if f == nil {
-				if f, err = elfsym.Open(path); err != nil {
-					return nil, fmt.Errorf("probe %s: %w", p, err)
+				if f, err = elfsym.Open(of.procPath()); err != nil {
+					return nil, fmt.Errorf("probe %s: %s: %w", p, of.path, err)
 				}
-				files[real] = f
+				syms[of.real] = f
 			}
 			pp.sel, err = f.Select(p.Patterns...)
 		}
@@ -93,7 +176,7 @@ func selectProbes(probes []Probe) (*plan, error) {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
 		}
 		offs := pp.offsets()
-		fk := fileKind{real, p.Kind}
+		fk := fileKind{of.real, p.Kind.attachAs()}
 		seen := sets[fk]
 		if seen == nil && len(earlier[fk]) > 0 {
 			seen = map[uint64]bool{}
@@ -121,18 +204,78 @@ func selectProbes(probes []Probe) (*plan, error) {
 		pl.probes = append(pl.probes, pp)
 		pl.n += n
 	}
+	if err := pl.checkSession(); err != nil {
+		return nil, err
+	}
 	return pl, nil
 }
 
+// open looks the target up and opens it, once per file.
+func (pl *Plan) open(target string) (*openFile, error) {
+	path, err := elfsym.LookPath(target)
+	if err != nil {
+		return nil, err
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		real = path
+	}
+	for _, of := range pl.files {
+		if of.real == real {
+			return of, nil
+		}
+	}
+	// Not os.Open: a FIFO planted at the path would block it.
+	f, err := fds.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	of := &openFile{path: path, real: real, f: f}
+	if err := unix.Fstat(int(f.Fd()), &of.st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	pl.files = append(pl.files, of)
+	return of, nil
+}
+
+// Close releases the binaries the plan holds open. Links already attached
+// stay attached. It may be called more than once.
+func (pl *Plan) Close() error {
+	var errs []error
+	for _, of := range pl.files {
+		if err := of.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Len returns the number of sites, without building them.
+func (pl *Plan) Len() int { return pl.n }
+
+// Features returns the kernel features the plan decided with.
+func (pl *Plan) Features() kernelprobe.Features { return pl.features }
+
+// Path returns the attach path the plan's links take.
+func (pl *Plan) Path() kernelprobe.Path { return pl.features.Path() }
+
+// Sites returns the plan's sites; a site's index is its cookie. The slice
+// is the plan's own, built once: do not modify it.
+func (pl *Plan) Sites() []Site {
+	pl.sitesOnce.Do(func() { pl.sites = pl.build() })
+	return pl.sites
+}
+
 // build makes the plan's Sites; a site's cookie is its index.
-func (pl *plan) build() []Site {
+func (pl *Plan) build() []Site {
 	sites := make([]Site, 0, pl.n)
 	for i := range pl.probes {
 		pp := &pl.probes[i]
 		if pp.sel == nil {
 			for k, s := range pp.usdt {
 				if pp.keep == nil || pp.keep[k] {
-					s.Probe, s.Path, s.Cookie = pp.probe, pp.path, uint64(len(sites))
+					s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(len(sites))
 					sites = append(sites, s)
 				}
 			}
@@ -147,37 +290,45 @@ func (pl *plan) build() []Site {
 				// signalling this thread for the length of the loop.
 				sites = sites[:len(sites)+1]
 				s := &sites[len(sites)-1]
-				s.Site, s.Probe, s.Path, s.Cookie = &syms[k], pp.probe, pp.path, uint64(len(sites)-1)
+				sym := &syms[k]
+				s.Name, s.Offset, s.Symbol = sym.Name, sym.Offset, sym
+				s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(len(sites)-1)
 			}
 		}
 	}
 	return sites
 }
 
-// targets groups the plan's uprobe sites of one kind by binary, with the
-// offsets and cookies that build gives them, without building them. They
-// have no names, which are in the Sites only. A probe with a file and kind
-// of its own, the common case, hands over its Selection's offsets as they
-// are.
-func (pl *plan) targets(kind Kind) []attach.Target {
-	var targets []attach.Target
-	index := map[string]int{}
+// targets groups the plan's sites of one kind by binary, with the offsets
+// and kernel cookies that build gives them, without building them; a USDT
+// site's kernel cookie is usdtCookie(its index among the USDT sites, its
+// cookie). Names are left out: they are in the Sites only. A probe with a
+// file and kind of its own, the common case, hands over its Selection's
+// offsets as they are.
+func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64) []target.Target {
+	var targets []target.Target
+	index := map[*openFile]int{}
 	cookie := uint64(0)
+	nusdt := 0
 	for i := range pl.probes {
 		pp := &pl.probes[i]
 		offs := pp.offsets()
 		if pp.probe.Kind.attachAs() != kind {
-			cookie += uint64(pp.count(len(offs)))
+			n := pp.count(len(offs))
+			cookie += uint64(n)
+			if pp.probe.Kind == USDT {
+				nusdt += n
+			}
 			continue
 		}
-		ti, ok := index[pp.path]
+		ti, ok := index[pp.file]
 		if !ok {
 			ti = len(targets)
-			index[pp.path] = ti
-			targets = append(targets, attach.Target{Path: pp.path})
+			index[pp.file] = ti
+			targets = append(targets, target.Target{Path: pp.file.path, File: pp.file.f})
 		}
 		t := &targets[ti]
-		if pp.keep == nil && t.Offsets == nil {
+		if pp.keep == nil && t.Offsets == nil && pp.sel != nil {
 			// Clipped, so that a later probe of this file appends to
 			// a copy rather than into the Selection's array.
 			t.Offsets = slices.Clip(offs)
@@ -188,27 +339,50 @@ func (pl *plan) targets(kind Kind) []attach.Target {
 			cookie += uint64(len(offs))
 			continue
 		}
+		if pp.sel == nil && t.Names == nil {
+			t.Names = make([]string, len(t.Offsets), cap(t.Offsets))
+		}
 		for j, off := range offs {
-			if pp.keep == nil || pp.keep[j] {
-				t.Offsets = append(t.Offsets, off)
-				t.Cookies = append(t.Cookies, cookie)
-				cookie++
+			if pp.keep != nil && !pp.keep[j] {
+				continue
 			}
+			c, rc, name := cookie, uint64(0), ""
+			if pp.sel == nil {
+				s := &pp.usdt[j]
+				c, rc, name = usdtCookie(nusdt, cookie), s.RefCtrOffset, s.Name
+				nusdt++
+			}
+			if rc != 0 && t.RefCtrOffsets == nil {
+				t.RefCtrOffsets = make([]uint64, len(t.Offsets), cap(t.Offsets))
+			}
+			t.Offsets = append(t.Offsets, off)
+			t.Cookies = append(t.Cookies, c)
+			if t.RefCtrOffsets != nil {
+				t.RefCtrOffsets = append(t.RefCtrOffsets, rc)
+			}
+			if t.Names != nil {
+				t.Names = append(t.Names, name)
+			}
+			cookie++
 		}
 	}
 	return targets
 }
 
-// count returns how many of the probe's n sites it keeps.
-func (p *planned) count(n int) int {
-	if p.keep == nil {
-		return n
-	}
-	k := 0
-	for _, b := range p.keep {
-		if b {
-			k++
-		}
+// attachAs is the kind of link a probe's sites attach through: USDT sites
+// attach as entry probes.
+func (k Kind) attachAs() Kind {
+	if k == USDT {
+		return Entry
 	}
 	return k
+}
+
+// preparedSpec is a program spec as Prepare left it, kept for the
+// per-site clones that kernels without BPF cookies need.
+type preparedSpec struct {
+	prog    *ebpf.ProgramSpec
+	section *ebpf.MapSpec // .rodata.mp_cookie
+	fixed   uint32        // offsets of mp_cookie_fixed and mp_cookie_value in it
+	value   uint32
 }

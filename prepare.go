@@ -1,73 +1,101 @@
 package multiprobe
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
-	"github.com/multiprobe/multiprobe/fallback"
+	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/load"
 	"github.com/multiprobe/multiprobe/pidfilter"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
-// ErrNoPIDFilter is returned by AttachSites when the options need the
-// in-BPF pid filter and the program does not have it: its spec did not go
-// through Prepare with those options before it was loaded.
-var ErrNoPIDFilter = errors.New("program has no in-BPF pid filter: prepare its spec with multiprobe.Prepare and the same Options before loading")
+var (
+	// ErrNoPIDFilter is returned by Plan.Attach and Link.SetPIDs when the
+	// plan filters by pid inside BPF and the program has no filter: its
+	// spec did not go through Prepare of a plan that filters so.
+	ErrNoPIDFilter = errors.New("program has no in-BPF pid filter (map " + pidfilter.MapName + "): load it from a spec prepared by Plan.Prepare of a plan with Options.PIDs")
+	// ErrNotPrepared is returned by Plan.Attach on a kernel without BPF
+	// cookies (before Linux 5.15) for a program that reads its cookie with
+	// mp_cookie but whose spec did not go through this plan's Prepare, so
+	// it cannot be cloned per site.
+	ErrNotPrepared = errors.New("program's spec did not go through this plan's Prepare")
+)
 
-// Prepare readies cs, before it is loaded, for the attach path the kernel
-// supports and for opts, which must be the Options later given to Attach:
+// Names of what bpf/mp_cookie.bpf.h declares.
+const (
+	cookieSection  = ".rodata.mp_cookie"
+	cookieFixedVar = "mp_cookie_fixed"
+	cookieValueVar = "mp_cookie_value"
+)
+
+// Prepare readies cs, before it is loaded, for the plan's attach path and
+// Options:
 //
 //   - uprobe programs get the expected attach type of the path
 //     (kernelprobe.PrepareCollectionSpec): uprobe_multi on Linux 6.6+,
 //     none for per-site perf-event uprobes;
-//   - where opts filter by pid and the kernel cannot (the perf-event path,
-//     uprobe_multi before the 6.10 fix, or a set of pids), every uprobe
-//     program gets the in-BPF filter prologue (package pidfilter);
-//   - on kernels without BPF cookies (before 5.15), objects that include
-//     bpf/cookie.bpf.h or bpf/usdt.bpf.h are set to find their cookies by
-//     the probed address.
-func Prepare(cs *ebpf.CollectionSpec, opts *Options) error {
-	if opts == nil {
-		opts = &Options{}
+//   - where the plan filters by pid and the kernel cannot (the perf-event
+//     path, uprobe_multi before the 6.10 fix, or a set of pids), every
+//     uprobe program gets the in-BPF filter prologue (package pidfilter);
+//   - on kernels without BPF cookies (before 5.15), programs that include
+//     bpf/mp_cookie.bpf.h are set to take their cookie from a constant,
+//     and the plan keeps a copy of them so that Attach can clone them per
+//     site.
+//
+// Then load cs as usual: ebpf.NewCollection, a bpf2go LoadAndAssign, or
+// package load. Prepare may be called again on a prepared spec.
+func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
+	if cs == nil {
+		return fmt.Errorf("multiprobe: Prepare: nil CollectionSpec")
 	}
-	f := opts.Features
-	if f == nil {
-		d, err := kernelprobe.Detect()
-		if err != nil {
-			return err
-		}
-		f = &d
-	}
-	kernelprobe.PrepareCollectionSpec(cs, f.Path())
-	if filterPIDs(f, opts) != nil {
-		var progs []string
-		for name, p := range cs.Programs {
-			if isUprobeSpec(p) {
-				progs = append(progs, name)
-			}
-		}
-		slices.Sort(progs)
-		if len(progs) > 0 {
-			if err := pidfilter.Inject(cs, progs...); err != nil {
-				return fmt.Errorf("injecting the pid filter: %w", err)
-			}
+	kernelprobe.PrepareCollectionSpec(cs, pl.features.Path())
+	var progs []string
+	for name, p := range cs.Programs {
+		if isUprobeSpec(p) {
+			progs = append(progs, name)
 		}
 	}
-	if !f.Cookies {
-		if _, ok := cs.Maps[fallback.CookieMapName]; ok {
-			if err := fallback.ConfigureCollection(cs, fallback.CollectionOptions{NoCookie: true}); err != nil {
-				return err
-			}
+	slices.Sort(progs)
+	if pl.inBPFPIDs() != nil && len(progs) > 0 {
+		if err := pidfilter.Inject(cs, progs...); err != nil {
+			return fmt.Errorf("multiprobe: injecting the pid filter: %w", err)
 		}
-		if _, ok := cs.Maps[usdt.SpecMapName]; ok {
-			if err := usdt.ConfigureCollection(cs, usdt.CollectionOptions{NoCookie: true}); err != nil {
-				return err
-			}
+	}
+	if pl.features.Cookies {
+		return nil
+	}
+	sec := cs.Maps[cookieSection]
+	fixed, value := cs.Variables[cookieFixedVar], cs.Variables[cookieValueVar]
+	if sec == nil || fixed == nil || value == nil {
+		return nil // the programs do not read cookies
+	}
+	if err := fixed.Set(true); err != nil {
+		return fmt.Errorf("multiprobe: setting %s: %w", cookieFixedVar, err)
+	}
+	if value.Size() != 8 || fixed.Size() != 1 || uint64(value.Offset)+8 > uint64(sec.ValueSize) {
+		return fmt.Errorf("multiprobe: %s has an unexpected layout: object built with another bpf/mp_cookie.bpf.h", cookieSection)
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	for _, name := range progs {
+		p := cs.Programs[name]
+		if !references(p, cookieSection) {
+			continue
 		}
+		pl.prepared = slices.DeleteFunc(pl.prepared, func(ps *preparedSpec) bool { return ps.prog.Name == p.Name })
+		pl.prepared = append(pl.prepared, &preparedSpec{
+			prog:    p.Copy(),
+			section: sec.Copy(),
+			fixed:   fixed.Offset,
+			value:   value.Offset,
+		})
 	}
 	return nil
 }
@@ -78,70 +106,339 @@ func isUprobeSpec(p *ebpf.ProgramSpec) bool {
 	return kernelprobe.AttachType(p, kernelprobe.PathUprobeMulti) == ebpf.AttachTraceUprobeMulti
 }
 
-// filterPIDs returns the pids the in-BPF filter must admit, or nil when no
-// in-BPF filter is needed: without a pid, or when the kernel's uprobe_multi
-// pid filter covers the one pid asked for. Prepare and AttachSites decide
-// with it, so they agree.
-//
-// The kernel's own filter is not used on the perf-event path (a perf
-// event's pid names one thread, not a process) nor on uprobe_multi before
-// Linux 6.10 (commit 46ba0e49b642), where it also matched one thread only
-// and silently dropped the other threads of the process.
-func filterPIDs(f *kernelprobe.Features, opts *Options) []int {
-	pids := slices.Clone(opts.PIDs)
-	if opts.PID != 0 {
-		pids = append(pids, opts.PID)
+func references(p *ebpf.ProgramSpec, m string) bool {
+	for _, ins := range p.Instructions {
+		if ins.IsLoadFromMap() && ins.Reference() == m {
+			return true
+		}
 	}
-	if len(pids) == 0 {
-		return nil
-	}
-	if len(opts.PIDs) == 0 && f.Path() == kernelprobe.PathUprobeMulti && f.UprobeMultiPIDFilter {
-		return nil
+	return false
+}
+
+// allPIDs is every pid the options name, sorted, without repeats.
+func (pl *Plan) allPIDs() []int {
+	pids := slices.Clone(pl.opts.PIDs)
+	if pl.opts.PID != 0 {
+		pids = append(pids, pl.opts.PID)
 	}
 	slices.Sort(pids)
 	return slices.Compact(pids)
 }
 
-// filterBy admits pids through the program's in-BPF filter.
-func (l *Link) filterBy(prog *ebpf.Program, opts *Options, pids []int) error {
-	m := opts.Maps[pidfilter.MapName]
-	if m == nil {
-		return fmt.Errorf("program %v: %w", prog, ErrNoPIDFilter)
+// inBPFPIDs returns the pids the in-BPF filter must admit, or nil when no
+// in-BPF filter is needed: without a pid, or when the kernel's uprobe_multi
+// pid filter covers the one pid asked for. Prepare and Attach decide with
+// it, so they agree.
+//
+// The kernel's own filter is not used on the perf-event path (a perf
+// event's pid names one thread, not a process) nor on uprobe_multi before
+// Linux 6.10 (see the kernelprobe package's table of version floors).
+func (pl *Plan) inBPFPIDs() []int {
+	pids := pl.allPIDs()
+	if len(pids) == 0 {
+		return nil
 	}
-	f, err := pidfilter.New(m)
+	if len(pl.opts.PIDs) == 0 && pl.features.Path() == kernelprobe.PathUprobeMulti && pl.features.UprobeMultiPIDFilter {
+		return nil
+	}
+	return pids
+}
+
+// needsMaps reports whether Attach cannot do without the program's maps.
+func (pl *Plan) needsMaps() bool {
+	return pl.inBPFPIDs() != nil || pl.usdt || !pl.features.Cookies
+}
+
+// progMaps are a loaded program's maps, by their kernel names.
+type progMaps map[string]*ebpf.Map
+
+// programMaps opens the maps prog uses. The kernel lists them by ID, and
+// opening a map by ID needs CAP_SYS_ADMIN: unless required, Attach goes on
+// without them.
+func programMaps(prog *ebpf.Program, required bool) (progMaps, error) {
+	fail := func(err error) (progMaps, error) {
+		if !required {
+			return progMaps{}, nil
+		}
+		return nil, fmt.Errorf("multiprobe: reading the maps of program %v (needs CAP_SYS_ADMIN): %w", prog, err)
+	}
+	info, err := prog.Info()
 	if err != nil {
-		return err
+		return fail(err)
 	}
-	if err := f.Add(pids...); err != nil {
-		return err
+	ids, ok := info.MapIDs()
+	if !ok {
+		return fail(errors.New("kernel does not list a program's maps"))
 	}
-	l.filter, l.pids = f, pids
-	return nil
+	maps := progMaps{}
+	for _, id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			maps.close()
+			return fail(err)
+		}
+		mi, err := m.Info()
+		if err != nil {
+			m.Close()
+			maps.close()
+			return fail(err)
+		}
+		if old := maps[mi.Name]; old != nil {
+			// Two maps whose names agree in their first 15 bytes: the
+			// kernel's names cannot tell them apart.
+			old.Close()
+			m.Close()
+			maps[mi.Name] = nil
+			continue
+		}
+		maps[mi.Name] = m
+	}
+	return maps, nil
+}
+
+// get returns the map a spec names name, nil if the program has none.
+func (pm progMaps) get(name string) *ebpf.Map { return pm[kernelName(name)] }
+
+func (pm progMaps) close() {
+	for _, m := range pm {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// kernelName is name as cilium/ebpf gives it to the kernel: characters
+// other than [A-Za-z0-9._] dropped, cut to BPF_OBJ_NAME_LEN-1 bytes.
+func kernelName(name string) string {
+	name = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_':
+			return r
+		}
+		return -1
+	}, name)
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return name
+}
+
+// filterBy puts the link's pids into the program's pid filter, if it has
+// one, and returns the pid for the kernel's own filter.
+func (l *Link) filterBy(prog *ebpf.Program, maps progMaps) (kernelPID int, err error) {
+	pl := l.plan
+	inBPF := pl.inBPFPIDs()
+	m := maps.get(pidfilter.MapName)
+	if m == nil {
+		if inBPF != nil {
+			return 0, fmt.Errorf("multiprobe: program %v: %w", prog, ErrNoPIDFilter)
+		}
+		return pl.opts.PID, nil
+	}
+	own, err := m.Clone()
+	if err != nil {
+		return 0, fmt.Errorf("multiprobe: %s: %w", pidfilter.MapName, err)
+	}
+	f, err := pidfilter.New(own)
+	if err != nil {
+		own.Close()
+		return 0, err
+	}
+	hold := pl.allPIDs()
+	if len(hold) == 0 {
+		hold = []int{pidfilter.AllPIDs}
+	}
+	if err := f.Acquire(hold...); err != nil {
+		own.Close()
+		return 0, err
+	}
+	l.filter, l.pids = f, hold
+	if inBPF != nil {
+		return 0, nil
+	}
+	l.kernelPID = pl.opts.PID
+	return pl.opts.PID, nil
 }
 
 // SetPIDs replaces the processes whose calls the attached program sees,
-// while it stays attached. It needs the in-BPF filter: the Link must have
-// been made with Options.PIDs (or a PID the kernel could not filter).
+// while it stays attached; with no pids, every process. It needs the
+// in-BPF filter: the program's spec must have gone through Prepare of a
+// plan with Options.PIDs. Links that share the program's filter see the
+// union of their pids; SetPIDs changes only what this link holds.
 func (l *Link) SetPIDs(pids ...int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.filter == nil {
-		return fmt.Errorf("SetPIDs: %w (attach with Options.PIDs to filter inside BPF)", ErrNoPIDFilter)
+		return fmt.Errorf("multiprobe: SetPIDs: %w", ErrNoPIDFilter)
+	}
+	if l.kernelPID != 0 {
+		return fmt.Errorf("multiprobe: SetPIDs: the kernel filters this link by pid %d (Options.PID alone on Linux 6.10+); use Options.PIDs for a set that can change", l.kernelPID)
+	}
+	for _, pid := range pids {
+		if err := checkPID(pid); err != nil {
+			return err
+		}
+		if pid == 0 {
+			return fmt.Errorf("multiprobe: SetPIDs: pid 0: call SetPIDs() without pids for every process")
+		}
 	}
 	pids = slices.Clone(pids)
 	slices.Sort(pids)
 	pids = slices.Compact(pids)
-	// Add before removing, so that a pid in both sets is never dropped.
-	if err := l.filter.Add(pids...); err != nil {
-		return err
+	if len(pids) == 0 {
+		pids = []int{pidfilter.AllPIDs}
 	}
-	var gone []int
-	for _, p := range l.pids {
-		if !slices.Contains(pids, p) {
-			gone = append(gone, p)
-		}
-	}
-	if err := l.filter.Remove(gone...); err != nil {
+	if err := l.filter.Replace(l.pids, pids); err != nil {
 		return err
 	}
 	l.pids = pids
 	return nil
+}
+
+// acquireSpecs gives the plan's USDT sites argument spec ids in the
+// program's spec map and returns the kernel cookie of USDT site i. A
+// program without the map does not read arguments: its sites keep their
+// plain cookies, which mp_usdt_cookie reads as well.
+func (l *Link) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, error) {
+	plain := func(_ int, c uint64) uint64 { return c }
+	if !l.plan.usdt {
+		return plain, nil
+	}
+	m := maps.get(usdt.SpecMapName)
+	if m == nil {
+		return plain, nil
+	}
+	var specs []usdt.Spec
+	for i := range l.plan.probes {
+		pp := &l.plan.probes[i]
+		for k, s := range pp.usdt {
+			if pp.keep != nil && !pp.keep[k] {
+				continue
+			}
+			if s.args.err != nil {
+				return nil, fmt.Errorf("probe %s: %s: %w", pp.probe, pp.file.path, s.args.err)
+			}
+			specs = append(specs, s.args.spec)
+		}
+	}
+	ids, err := usdt.AcquireSpecs(m, specs)
+	if err != nil {
+		return nil, fmt.Errorf("multiprobe: %w", err)
+	}
+	l.specIDs = ids
+	idList := ids.IDs()
+	return func(i int, c uint64) uint64 { return usdt.PackCookie(idList[i], uint32(c)) }, nil
+}
+
+// clone returns one program per site of targets, each prog's spec with the
+// site's kernel cookie built in, for kernels without BPF cookies (before
+// Linux 5.15): how tracers told sites apart before cookies existed, and
+// exact for entry, return and USDT probes alike. They share every map of
+// prog. A program that does not read cookies (no bpf/mp_cookie.bpf.h) is
+// attached as it is: nil.
+func (l *Link) clone(prog *ebpf.Program, maps progMaps, targets []target.Target) ([]*ebpf.Program, error) {
+	pl := l.plan
+	ps, err := pl.preparedFor(prog)
+	if err != nil {
+		return nil, err
+	}
+	if ps == nil {
+		if maps.get(cookieSection) != nil {
+			return nil, fmt.Errorf("multiprobe: program %v reads its cookie with mp_cookie, and kernel %s has no BPF cookies: %w; prepare its spec with the plan's Prepare",
+				prog, pl.features.Release, ErrNotPrepared)
+		}
+		return nil, nil
+	}
+	shared := map[string]*ebpf.Map{}
+	for _, ins := range ps.prog.Instructions {
+		ref := ins.Reference()
+		if !ins.IsLoadFromMap() || ref == "" || ref == cookieSection || shared[ref] != nil {
+			continue
+		}
+		m := maps.get(ref)
+		if m == nil {
+			return nil, fmt.Errorf("multiprobe: program %v: cannot find its map %s among the loaded program's maps (names must differ in their first 15 bytes)", prog, ref)
+		}
+		shared[ref] = m
+	}
+	cookies := target.Targets(targets).Cookies()
+	specs := make([]*ebpf.ProgramSpec, len(cookies))
+	var consts []*ebpf.Map
+	defer func() {
+		for _, m := range consts {
+			m.Close()
+		}
+	}()
+	for i, c := range cookies {
+		m, err := ps.cookieMap(c)
+		if err != nil {
+			return nil, err
+		}
+		consts = append(consts, m)
+		spec := ps.prog.Copy()
+		spec.Name = fmt.Sprintf("%.8s_%d", ps.prog.Name, len(l.clones)+i)
+		for j := range spec.Instructions {
+			ins := &spec.Instructions[j]
+			if ins.IsLoadFromMap() && ins.Reference() == cookieSection {
+				if err := ins.AssociateMap(m); err != nil {
+					return nil, err
+				}
+			}
+		}
+		specs[i] = spec
+	}
+	loaded, _, err := load.Programs(specs, shared, nil)
+	if err != nil {
+		return nil, fmt.Errorf("multiprobe: loading a clone of %v per site (kernel %s has no BPF cookies): %w", prog, pl.features.Release, err)
+	}
+	progs := make([]*ebpf.Program, len(specs))
+	for i, spec := range specs {
+		progs[i] = loaded[spec.Name]
+	}
+	l.clones = append(l.clones, progs...)
+	return progs, nil
+}
+
+// preparedFor finds the spec that Prepare kept for prog: by name, and by
+// tag among specs whose names the kernel cuts to the same 15 bytes.
+func (pl *Plan) preparedFor(prog *ebpf.Program) (*preparedSpec, error) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if len(pl.prepared) == 0 {
+		return nil, nil
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return nil, fmt.Errorf("multiprobe: program %v: %w", prog, err)
+	}
+	var match []*preparedSpec
+	for _, ps := range pl.prepared {
+		if kernelName(ps.prog.Name) == info.Name {
+			match = append(match, ps)
+		}
+	}
+	if len(match) > 1 {
+		match = slices.DeleteFunc(match, func(ps *preparedSpec) bool {
+			tag, err := ps.prog.Tag()
+			return err != nil || tag != info.Tag
+		})
+	}
+	if len(match) != 1 {
+		return nil, nil
+	}
+	return match[0], nil
+}
+
+// cookieMap makes the frozen .rodata.mp_cookie of one clone.
+func (ps *preparedSpec) cookieMap(cookie uint64) (*ebpf.Map, error) {
+	spec := ps.section.Copy()
+	b := make([]byte, spec.ValueSize)
+	b[ps.fixed] = 1
+	binary.NativeEndian.PutUint64(b[ps.value:], cookie)
+	spec.Contents = []ebpf.MapKV{{Key: uint32(0), Value: b}}
+	m, err := ebpf.NewMap(spec)
+	if err != nil {
+		return nil, fmt.Errorf("multiprobe: %s for cookie %d: %w", cookieSection, cookie, err)
+	}
+	return m, nil
 }

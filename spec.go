@@ -18,7 +18,7 @@ const (
 	// Return probes fire when the function returns ("uretprobe").
 	Return
 	// USDT probes fire at a USDT (<sys/sdt.h>) probe site ("usdt"); the
-	// program reads the probe's arguments with bpf/usdt.bpf.h.
+	// program reads the probe's arguments with bpf/mp_usdt.bpf.h.
 	USDT
 )
 
@@ -149,4 +149,35 @@ func parseUSDT(spec, rest string) (Probe, error) {
 		return Probe{}, fmt.Errorf("%w %q: want one PROVIDER:NAME glob pattern", ErrBadSpec, spec)
 	}
 	return p, nil
+}
+
+// validate refuses a Probe that ParseProbe would not have made.
+func (p *Probe) validate() error {
+	switch p.Kind {
+	case Entry, Return, USDT:
+	default:
+		return fmt.Errorf("%w %s: unknown Kind %d (want Entry, Return or USDT)", ErrBadSpec, p, int(p.Kind))
+	}
+	if p.Target == "" {
+		return fmt.Errorf("%w %s: empty target (want a path or a library name)", ErrBadSpec, p)
+	}
+	if p.Kind == USDT {
+		if len(p.Patterns) != 1 {
+			return fmt.Errorf("%w %s: a USDT probe has exactly one PROVIDER:NAME pattern, not %d", ErrBadSpec, p, len(p.Patterns))
+		}
+		provider, name, ok := strings.Cut(p.Patterns[0], ":")
+		if !ok || provider == "" || name == "" {
+			return fmt.Errorf("%w %s: want one PROVIDER:NAME glob pattern", ErrBadSpec, p)
+		}
+		return nil
+	}
+	for _, pat := range p.Patterns {
+		if pat == "" || pat == "!" {
+			return fmt.Errorf("%w %s: empty pattern", ErrBadSpec, p)
+		}
+	}
+	if !containsInclusion(p.Patterns) {
+		return fmt.Errorf("%w %s: no pattern selects functions (only exclusions, or none)", ErrBadSpec, p)
+	}
+	return nil
 }

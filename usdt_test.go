@@ -2,138 +2,222 @@ package multiprobe_test
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os/exec"
+	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
-// TestUSDT attaches a program to every USDT probe of a target through one
-// link and checks, per site, the hits and the argument values the BPF side
-// read, the semaphore-guarded probe (which fires only while the kernel
-// holds its semaphore up), and the release of spec ids on Close.
-func TestUSDT(t *testing.T) {
-	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
-		testUSDT(t, f, false)
-	})
-	// Without BPF cookies the program finds each site's spec through the
-	// address map: forced on the kernel's own path.
-	t.Run("no cookies", func(t *testing.T) {
-		f := paths(t)[0]
-		f.Cookies = false
-		testUSDT(t, f, true)
-	})
+// combinationPaths returns the attach paths this kernel can run: its own,
+// and every one reached by turning features off (uprobe_multi off gives
+// the perf-event path, cookies off the per-site clones).
+func combinationPaths(t *testing.T) map[string]kernelprobe.Features {
+	t.Helper()
+	testutil.RequireBPF(t)
+	native, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]kernelprobe.Features{}
+	add := func(f kernelprobe.Features) {
+		name := f.Path().String()
+		if !f.Cookies {
+			name += "-nocookie"
+		}
+		out[name] = f
+	}
+	add(native)
+	perf := native
+	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
+	add(perf)
+	noCookie := perf
+	noCookie.Cookies = false
+	add(noCookie)
+	return out
 }
 
-func testUSDT(t *testing.T, f kernelprobe.Features, noCookie bool) {
-	const n = 40
+// waiter is a USDT target process started with -wait: it makes its calls
+// when its stdin gets a line.
+type waiter struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
 
-	target := testprogs.USDTTarget(t)
-
-	// Without cookies the probed address is looked up, so a PIE target
-	// needs the pid of the process, started waiting.
+func startUSDT(t *testing.T, target string, n int) *waiter {
+	t.Helper()
 	cmd := exec.Command(target, "-wait", fmt.Sprint(n))
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
-	out := bufio.NewReader(stdout)
-	if line, _ := out.ReadString('\n'); line != "ready\n" {
-		cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	w := &waiter{cmd, stdin, bufio.NewReader(stdout)}
+	if line, _ := w.out.ReadString('\n'); line != "ready\n" {
 		t.Fatalf("target said %q", line)
 	}
+	return w
+}
 
-	// The pid is known before the load, so that Prepare can give the
-	// program the in-BPF pid filter where the kernel cannot filter.
-	opts := &multiprobe.Options{PID: cmd.Process.Pid, Features: &f}
+// run releases the process and returns how often its guarded probe fired.
+func (w *waiter) run(t *testing.T) string {
+	t.Helper()
+	w.stdin.Write([]byte("go\n"))
+	w.stdin.Close()
+	rest, _ := io.ReadAll(w.out)
+	if err := w.cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(rest))
+}
+
+// TestCombinations attaches entry, return and USDT probes, the same
+// function's entry and return among them, in one attach, on every attach
+// path this kernel has (uprobe_multi, per-site perf events with cookies,
+// and without cookies), filtering by no pid, one pid and a pid set. Three
+// processes run the target; per site, the hits and the USDT arguments that
+// the BPF side read must be exactly those of the processes admitted.
+func TestCombinations(t *testing.T) {
+	const n = 30
+	for name, f := range combinationPaths(t) {
+		for _, mode := range []string{"all", "pid", "pids"} {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				testCombination(t, f, mode, n)
+			})
+		}
+	}
+}
+
+func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
+	target := testprogs.PrivateCopy(t, testprogs.USDTTarget(t))
+	procs := []*waiter{startUSDT(t, target, n), startUSDT(t, target, n), startUSDT(t, target, n)}
+	opts := multiprobe.Options{Features: &f}
+	admitted := 3
+	switch mode {
+	case "pid":
+		opts.PID, admitted = procs[0].cmd.Process.Pid, 1
+	case "pids":
+		opts.PIDs, admitted = []int{procs[0].cmd.Process.Pid, procs[1].cmd.Process.Pid}, 2
+	}
+	specs := []string{
+		"uprobe:" + target + ":report",
+		"uretprobe:" + target + ":report",
+		"usdt:" + target + ":mp:tick",
+		"usdt:" + target + ":mp:guarded",
+	}
+	inlined := f.Path() == kernelprobe.PathUprobeMulti // 50 more sites: slow per site
+	if inlined {
+		specs = append(specs, "usdt:"+target+":mp:inlined")
+	}
+	pl, err := multiprobe.Resolve(mustParse(t, specs...), &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
 	spec, err := testprogs.USDTCounterSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := multiprobe.Prepare(spec, opts); err != nil {
+	if err := pl.Prepare(spec); err != nil {
 		t.Fatal(err)
-	}
-	if noCookie {
-		// Prepare sets the address lookup up only for kernels it finds
-		// without cookies; here they are forced off on the multi path.
-		if err := usdt.ConfigureCollection(spec, usdt.CollectionOptions{NoCookie: true}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	c, err := testprogs.NewUSDTCounter(spec)
 	if err != nil {
-		cmd.Process.Kill()
 		t.Fatal(err)
 	}
 	defer c.Close()
-	opts.Maps = c.Maps
 	before := testutil.TakeSnapshot(t, c.CountUSDT)
-	l, err := multiprobe.Attach(c.CountUSDT, mustParse(t, "usdt:"+target+":mp:*"), opts)
-	if l != nil {
-		checkPath(t, l, f)
-	}
+	l, err := pl.Attach(c.CountUSDT)
 	if err != nil {
-		cmd.Process.Kill()
 		t.Fatal(err)
 	}
-	stdin.Write([]byte("go\n"))
-	stdin.Close()
-	rest, _ := io.ReadAll(out)
-	if err := cmd.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if want := fmt.Sprintf("done %d\n", n); string(rest) != want {
-		t.Errorf("target said %q, want %q: the guarded probe's semaphore was not set while attached", rest, want)
+	checkPath(t, l, f)
+	for i, p := range procs {
+		got := p.run(t)
+		want := fmt.Sprintf("done %d", n)
+		if i < admitted && got != want {
+			t.Errorf("process %d said %q, want %q: the guarded probe's semaphore was not set while attached", i, got, want)
+		}
 	}
 
 	sites := l.Sites()
-	if len(sites) != 2+testprogs.USDTInlinedSites {
-		t.Fatalf("%d sites, want %d", len(sites), 2+testprogs.USDTInlinedSites)
+	wantSites := 4
+	if inlined {
+		wantSites += testprogs.USDTInlinedSites
+	}
+	if len(sites) != wantSites {
+		t.Fatalf("%d sites, want %d", len(sites), wantSites)
 	}
 	hits, _ := testprogs.ReadInt64s(c.Hits, len(sites))
 	argc, _ := testprogs.ReadInt64s(c.Argc, len(sites))
 	sum0, _ := testprogs.ReadInt64s(c.Sum0, len(sites))
-	sum1, _ := testprogs.ReadInt64s(c.Sum1, len(sites))
+	sum1, err := testprogs.ReadInt64s(c.Sum1, len(sites))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := int64(admitted)
 	sumI := int64(n * (n - 1) / 2)
 	for i, s := range sites {
+		if s.Cookie != uint64(i) {
+			t.Errorf("%s %s: cookie %d at index %d", s.Probe.Kind, s.Name, s.Cookie, i)
+		}
 		var want [4]int64 // hits, argc, sum0, sum1
 		switch s.Name {
+		case "report":
+			want = [4]int64{k, 0, 0, 0}
 		case "mp:tick":
-			want = [4]int64{n, 2 * n, sumI, -3 * sumI}
+			want = [4]int64{k * int64(n), k * 2 * int64(n), k * sumI, k * -3 * sumI}
 		case "mp:guarded":
-			want = [4]int64{n, n, sumI, 0}
+			want = [4]int64{k * int64(n), k * int64(n), k * sumI, 0}
 		case "mp:inlined":
-			want = [4]int64{1, 1, n, 0}
+			want = [4]int64{k, k, k * int64(n), 0}
 		default:
 			t.Fatalf("unexpected site %s", s.Name)
 		}
 		if got := [4]int64{hits[i], argc[i], sum0[i], sum1[i]}; got != want {
-			t.Errorf("%s at %#x: hits, argc, sum0, sum1 = %v, want %v", s.Name, s.Offset, got, want)
-		}
-		if s.Name == "mp:guarded" && s.RefCtrOffset == 0 {
-			t.Errorf("mp:guarded has no semaphore offset")
+			t.Errorf("%s %s at %#x (cookie %d): hits, argc, sum0, sum1 = %v, want %v", s.Probe.Kind, s.Name, s.Offset, i, got, want)
 		}
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The child's pipes closed meanwhile: check the links, and that the
-	// Link holds no fd.
 	before.CheckLinks(t, "after Close")
 	if n := l.FDs(); n != 0 {
 		t.Errorf("%d fds held after Close", n)
 	}
-	// Close removed the sites' addresses from the address map.
-	var next uint64
-	if err := c.IPs.NextKey(nil, &next); err == nil {
-		t.Errorf("address map still has entries after Close (key %#x)", next)
+	if held := heldSpecs(t, c.Specs); held != 0 {
+		t.Errorf("%d USDT spec ids still held after Close", held)
 	}
+}
+
+// heldSpecs counts the entries of a USDT spec map that someone holds (the
+// refs word of struct mp_usdt_spec).
+func heldSpecs(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	var (
+		key uint32
+		val = make([]byte, usdt.SpecSize)
+		n   int
+	)
+	it := m.Iterate()
+	for it.Next(&key, val) {
+		if binary.NativeEndian.Uint32(val[usdt.SpecSize-4:]) != 0 {
+			n++
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

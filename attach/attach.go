@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
+	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"golang.org/x/sys/unix"
 )
@@ -35,36 +35,25 @@ var (
 	ErrSessionUnsupported = errors.New("kernel has no uprobe sessions (Linux 6.13+)")
 	// ErrWrongProgram: the program cannot be attached this way: it is not a
 	// kprobe-type program, or it was loaded for the other attach path (its
-	// expected attach type is not the one the link needs).
-	ErrWrongProgram = errors.New("program not loaded for this attach type")
+	// expected attach type is not the one the link needs). Package fallback
+	// returns the same error.
+	ErrWrongProgram = target.ErrWrongProgram
 	// ErrInvalidTarget: a Target is malformed (no path or offsets, slices of
 	// different lengths, an offset past the end of the file, an odd
-	// ref-counter offset, a path that is not a regular file).
-	ErrInvalidTarget = errors.New("invalid target")
+	// ref-counter offset, a path that is not a regular file). Package
+	// fallback returns the same error.
+	ErrInvalidTarget = target.ErrInvalidTarget
 	// ErrInvalidOptions: Options are inconsistent (Session with Return, a
-	// negative PID).
-	ErrInvalidOptions = errors.New("invalid options")
+	// negative PID). Package fallback returns the same error.
+	ErrInvalidOptions = target.ErrInvalidOptions
 )
 
-// Target is one binary and the sites to probe in it.
-type Target struct {
-	// Path of the binary or shared library. The kernel resolves it when the
-	// link is made, following symbolic links.
-	Path string
-	// Offsets are the sites' file offsets (not virtual addresses).
-	Offsets []uint64
-	// RefCtrOffsets, if not nil, holds one ref-counter (USDT semaphore) file
-	// offset per site, 0 for none. The kernel increments the counter while
-	// the site is probed. Non-zero values must be even.
-	RefCtrOffsets []uint64
-	// Cookies, if not nil, holds one BPF cookie per site. If nil, a site's
-	// cookie is its index among all sites of the call: the sites of
-	// targets[0] get 0 … len-1, those of targets[1] continue from there.
-	Cookies []uint64
-	// Names, if not nil, names every site (a symbol, say) for error
-	// messages. It does not reach the kernel.
-	Names []string
-}
+// Target is one binary and the sites to probe in it; package fallback
+// takes the same type.
+type Target = target.Target
+
+// Targets is the set of targets of one attach call.
+type Targets = target.Targets
 
 // Options change how UprobeMulti attaches. The zero value, like a nil
 // *Options, attaches entry probes for all processes with the detected
@@ -160,7 +149,7 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 		return nil, fmt.Errorf("attach: pid %d on kernel %s: %w; filter by pid inside the BPF program instead", opts.PID, f.Release, ErrPIDFilterUnsupported)
 	}
 
-	ts, err := PrepareTargets(targets)
+	ts, err := target.Prepare("attach", targets)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +165,7 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 			req := bpfsys.UprobeMulti{
 				ProgFD:     prog.FD(),
 				AttachType: uint32(attachType),
-				Path:       t.Path,
+				Path:       t.KernelPath(),
 				Offsets:    t.Offsets[first:end],
 				Cookies:    t.Cookies[first:end],
 				Flags:      flags,
@@ -187,7 +176,7 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 			}
 			fd, errno := bpfsys.LinkCreateUprobeMulti(req)
 			if errno != 0 {
-				err := explain(errno, kind, t, targetOf(ti, len(ts)), first, end, opts.PID)
+				err := explain(errno, kind, t, target.Of(ti, len(ts)), first, end, opts.PID)
 				if cerr := l.Close(); cerr != nil {
 					err = errors.Join(err, fmt.Errorf("attach: closing the links already made: %w", cerr))
 				}
@@ -198,98 +187,6 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 		}
 	}
 	return l, nil
-}
-
-// PrepareTargets checks targets as every attach path needs them and
-// returns them with the default cookies filled in. The result shares the
-// targets' slices. UprobeMulti calls it,
-// and so does the per-site fallback, so that both paths accept the same
-// targets and give the same cookies.
-func PrepareTargets(targets []Target) (Targets, error) {
-	if len(targets) == 0 {
-		return nil, fmt.Errorf("attach: no targets: %w", ErrInvalidTarget)
-	}
-	out := make([]Target, len(targets))
-	var next uint64 // the default cookie of the next site
-	for i, t := range targets {
-		n := len(t.Offsets)
-		if t.Path == "" {
-			return nil, fmt.Errorf("attach: target %d has no path: %w", i, ErrInvalidTarget)
-		}
-		if strings.IndexByte(t.Path, 0) >= 0 {
-			return nil, fmt.Errorf("attach: target %d: path %q contains NUL: %w", i, t.Path, ErrInvalidTarget)
-		}
-		if n == 0 {
-			return nil, fmt.Errorf("attach: %s: no offsets: %w", t.Path, ErrInvalidTarget)
-		}
-		for _, s := range []struct {
-			name string
-			len  int
-			set  bool
-		}{
-			{"RefCtrOffsets", len(t.RefCtrOffsets), t.RefCtrOffsets != nil},
-			{"Cookies", len(t.Cookies), t.Cookies != nil},
-			{"Names", len(t.Names), t.Names != nil},
-		} {
-			if s.set && s.len != n {
-				return nil, fmt.Errorf("attach: %s: %d %s for %d offsets (want nil or one per offset): %w", t.Path, s.len, s.name, n, ErrInvalidTarget)
-			}
-		}
-
-		st, err := os.Stat(t.Path)
-		if err != nil {
-			return nil, fmt.Errorf("attach: %s%w", targetOf(i, len(targets)), err)
-		}
-		if !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("attach: %s is not a regular file (mode %v): %w", t.Path, st.Mode(), ErrInvalidTarget)
-		}
-		size := uint64(st.Size())
-		for j, off := range t.Offsets {
-			if off == 0 {
-				// Offset 0 is the ELF header, never code: an undefined
-				// symbol's value taken for an offset.
-				return nil, fmt.Errorf("attach: %s: site %s: offset 0 is the ELF header, not code: %w", t.Path, SiteName(&t, j), ErrInvalidTarget)
-			}
-			if off >= size {
-				return nil, fmt.Errorf("attach: %s: site %s: offset %#x is past the end of the file (%d bytes); offsets are file offsets, not addresses: %w",
-					t.Path, SiteName(&t, j), off, size, ErrInvalidTarget)
-			}
-		}
-		for j, rc := range t.RefCtrOffsets {
-			if rc%2 != 0 {
-				return nil, fmt.Errorf("attach: %s: site %s: ref-counter offset %#x is odd (the kernel needs 2-byte alignment): %w",
-					t.Path, SiteName(&t, j), rc, ErrInvalidTarget)
-			}
-		}
-
-		c := t
-		if c.Cookies == nil {
-			c.Cookies = make([]uint64, n)
-			for j := range c.Cookies {
-				c.Cookies[j] = next + uint64(j)
-			}
-		}
-		next += uint64(n)
-		out[i] = c
-	}
-	return out, nil
-}
-
-// targetOf names target i of n in messages, if there are several.
-func targetOf(i, n int) string {
-	if n == 1 {
-		return ""
-	}
-	return fmt.Sprintf("target %d of %d, ", i+1, n)
-}
-
-// SiteName names site j of t in messages: its name if it has one, its
-// index and offset.
-func SiteName(t *Target, j int) string {
-	if j < len(t.Names) && t.Names[j] != "" {
-		return fmt.Sprintf("%s (#%d, offset %#x)", t.Names[j], j, t.Offsets[j])
-	}
-	return fmt.Sprintf("#%d (offset %#x)", j, t.Offsets[j])
 }
 
 // checkProgram asks the kernel for a link on "/" with prog. The kernel
@@ -324,7 +221,7 @@ func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
 // explain turns the kernel's errno for a failed link into an error that
 // names the binary and says what to do.
 func explain(errno unix.Errno, kind string, t *Target, which string, first, end, pid int) error {
-	where := fmt.Sprintf("attach: %s link for %s (%ssites %s to %s)", kind, t.Path, which, SiteName(t, first), SiteName(t, end-1))
+	where := fmt.Sprintf("attach: %s link for %s (%ssites %s to %s)", kind, t.Path, which, target.SiteName(t, first), target.SiteName(t, end-1))
 	if first == 0 && end == len(t.Offsets) {
 		where = fmt.Sprintf("attach: %s link for %s (%s%d sites)", kind, t.Path, which, end)
 	}
@@ -370,28 +267,6 @@ func (l *Link) Close() error {
 	}
 	l.files = nil
 	return errors.Join(errs...)
-}
-
-// Targets is the set of targets of one attach call.
-type Targets []Target
-
-// Sites returns the number of sites over all targets.
-func (ts Targets) Sites() int {
-	n := 0
-	for _, t := range ts {
-		n += len(t.Offsets)
-	}
-	return n
-}
-
-// Cookies returns every site's cookie, in the order of the targets and
-// their offsets.
-func (ts Targets) Cookies() []uint64 {
-	out := make([]uint64, 0, ts.Sites())
-	for _, t := range ts {
-		out = append(out, t.Cookies...)
-	}
-	return out
 }
 
 // Targets returns the targets as attached, with Cookies filled in. The

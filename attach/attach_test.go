@@ -15,9 +15,9 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 // BenchmarkUprobeMulti attaches and detaches one program at n sites of one

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/multiprobe/multiprobe/internal/fds"
 )
 
 var (
@@ -28,6 +30,10 @@ var (
 	// neither through the dynamic loader's cache and directories nor in
 	// $PATH. It wraps fs.ErrNotExist too.
 	ErrNotFound = errors.New("not found")
+	// ErrNotRegular: the path is a FIFO, a device or a directory, which
+	// multiprobe never opens for reading (a FIFO would block it, a device
+	// feed it without end).
+	ErrNotRegular = fds.ErrNotRegular
 )
 
 // NoMatchError reports patterns that selected nothing.

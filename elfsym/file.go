@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"io/fs"
 	"os"
 	"unsafe"
@@ -51,20 +52,17 @@ type symtab struct {
 // are not read until Resolve. path may be a /proc/PID/root/... path to a
 // file in a container.
 func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
+	fd, err := fds.OpenRegular(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("open %s: %w", path, errors.Join(ErrNotFound, err))
 		}
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, err
 	}
 	defer fd.Close()
 	st, err := fd.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %w: not a regular file", path, ErrNotELF)
 	}
 	size := st.Size()
 	if size < 64 {

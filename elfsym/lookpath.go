@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/multiprobe/multiprobe/internal/fds"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -108,14 +110,11 @@ func hostMachine() elf.Machine {
 
 // hostELF reports whether path is a regular 64-bit ELF file for the host.
 func hostELF(path string) bool {
-	f, err := os.Open(path)
+	f, err := fds.OpenRegular(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return false
-	}
 	var hdr [20]byte
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
 		return false
@@ -130,10 +129,20 @@ func hostELF(path string) bool {
 // supported distribution writes only it.
 const ldCacheMagic = "glibc-ld.so.cache1.1"
 
+// maxLdCache bounds what is read of an ld.so.cache.
+const maxLdCache = 16 << 20
+
 // ldCacheLookup finds name in root's /etc/ld.so.cache. Entries for other
 // architectures (a multilib i386 libc, say) are skipped by checking the file.
 func ldCacheLookup(root, name string) (string, bool) {
-	data, err := os.ReadFile(filepath.Join(root, "/etc/ld.so.cache"))
+	f, err := fds.OpenRegular(filepath.Join(root, "/etc/ld.so.cache"))
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	// A real cache is a few hundred kilobytes; a container's could be
+	// anything.
+	data, err := io.ReadAll(io.LimitReader(f, maxLdCache))
 	if err != nil {
 		return "", false
 	}

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/multiprobe/multiprobe/internal/testutil"
 )
 
@@ -323,6 +325,10 @@ func TestSystemFiles(t *testing.T) {
 func TestErrors(t *testing.T) {
 	fx := buildFixtures(t)
 	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	write := func(name string, data []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, data, 0o644); err != nil {
@@ -348,7 +354,9 @@ func TestErrors(t *testing.T) {
 		{"missing is fs.ErrNotExist", filepath.Join(dir, "nope"), fs.ErrNotExist},
 		{"not elf", write("text", []byte("#!/bin/sh\necho hello, this is not an ELF file at all\n")), ErrNotELF},
 		{"empty", write("empty", nil), ErrNotELF},
-		{"directory", dir, ErrNotELF},
+		{"directory", dir, ErrNotRegular},
+		{"fifo", fifo, ErrNotRegular}, // must not block
+		{"device", "/dev/zero", ErrNotRegular},
 		{"big-endian", write("be", be), ErrUnsupported},
 		{"32-bit", write("c32", c32), ErrUnsupported},
 		{"truncated", write("trunc", good[:len(good)/2]), ErrMalformed},

@@ -6,9 +6,9 @@ import (
 
 	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 // BenchmarkFallback attaches and detaches n per-site uprobes, with Uprobes

@@ -16,11 +16,11 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cookiecountMapCookieCounts = "cookie_counts"
-	cookiecountMapCookieMisses = "cookie_misses"
-	cookiecountMapMpCookies    = "mp_cookies"
-	cookiecountProgCountCookie = "count_cookie"
-	cookiecountVarMpNoCookie   = "mp_no_cookie"
+	cookiecountMapCookieCounts  = "cookie_counts"
+	cookiecountMapCookieMisses  = "cookie_misses"
+	cookiecountProgCountCookie  = "count_cookie"
+	cookiecountVarMpCookieFixed = "mp_cookie_fixed"
+	cookiecountVarMpCookieValue = "mp_cookie_value"
 )
 
 // loadCookiecount returns the embedded CollectionSpec for cookiecount.
@@ -74,14 +74,14 @@ type cookiecountProgramSpecs struct {
 type cookiecountMapSpecs struct {
 	CookieCounts *ebpf.MapSpec `ebpf:"cookie_counts"`
 	CookieMisses *ebpf.MapSpec `ebpf:"cookie_misses"`
-	MpCookies    *ebpf.MapSpec `ebpf:"mp_cookies"`
 }
 
 // cookiecountVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cookiecountVariableSpecs struct {
-	MpNoCookie *ebpf.VariableSpec `ebpf:"mp_no_cookie"`
+	MpCookieFixed *ebpf.VariableSpec `ebpf:"mp_cookie_fixed"`
+	MpCookieValue *ebpf.VariableSpec `ebpf:"mp_cookie_value"`
 }
 
 // cookiecountObjects contains all objects after they have been loaded into the kernel.
@@ -106,14 +106,12 @@ func (o *cookiecountObjects) Close() error {
 type cookiecountMaps struct {
 	CookieCounts *ebpf.Map `ebpf:"cookie_counts"`
 	CookieMisses *ebpf.Map `ebpf:"cookie_misses"`
-	MpCookies    *ebpf.Map `ebpf:"mp_cookies"`
 }
 
 func (m *cookiecountMaps) Close() error {
 	return _CookiecountClose(
 		m.CookieCounts,
 		m.CookieMisses,
-		m.MpCookies,
 	)
 }
 
@@ -121,7 +119,8 @@ func (m *cookiecountMaps) Close() error {
 //
 // It can be passed to loadCookiecountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cookiecountVariables struct {
-	MpNoCookie *ebpf.Variable `ebpf:"mp_no_cookie"`
+	MpCookieFixed *ebpf.Variable `ebpf:"mp_cookie_fixed"`
+	MpCookieValue *ebpf.Variable `ebpf:"mp_cookie_value"`
 }
 
 // cookiecountPrograms contains all programs after they have been loaded into the kernel.

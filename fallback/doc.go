@@ -13,10 +13,8 @@
 // Perf-event uprobes cannot filter by process: their pid selects a single
 // thread. Filter inside BPF instead with package pidfilter.
 //
-// Kernels before 5.15 have no BPF cookies. A program that reads its cookie
-// with mp_cookie() from bpf/cookie.bpf.h works on both: with
-// [ConfigureCollection] and [Options.CookieMap], Uprobes stores every
-// site's cookie in a map under the site's runtime address, which mp_cookie
-// looks up. For position-independent binaries that address depends on the
-// process, so [Options.PID] must name it.
+// Kernels before 5.15 have no BPF cookies. There [Options.Programs] gives
+// each site a program of its own, which the root package's Plan.Attach
+// makes by cloning the user's program with the site's cookie built in
+// (bpf/mp_cookie.bpf.h).
 package fallback

@@ -11,8 +11,10 @@ import (
 )
 
 // Attach a program to two functions of a binary, one perf-event uprobe
-// each, on a kernel without uprobe_multi or BPF cookies. The object
-// includes bpf/cookie.bpf.h and reads its cookie with mp_cookie(ctx).
+// each, on a kernel without uprobe_multi. The program reads each site's
+// cookie with bpf_get_attach_cookie (Linux 5.15+); on older kernels the
+// root package's Plan.Attach gives every site a clone of the program
+// instead (Options.Programs).
 func ExampleUprobes() {
 	features, err := kernelprobe.Detect()
 	if err != nil {
@@ -23,10 +25,6 @@ func ExampleUprobes() {
 		log.Fatal(err)
 	}
 	kernelprobe.PrepareCollectionSpec(spec, kernelprobe.PathPerfEvent)
-	err = fallback.ConfigureCollection(spec, fallback.CollectionOptions{NoCookie: !features.Cookies})
-	if err != nil {
-		log.Fatal(err)
-	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		log.Fatal(err)
@@ -34,10 +32,10 @@ func ExampleUprobes() {
 	defer coll.Close()
 
 	l, err := fallback.Uprobes(coll.Programs["on_call"], []attach.Target{{
-		Path:    "/usr/bin/app", // non-PIE; a PIE needs Options.PID without cookies
+		Path:    "/usr/bin/app",
 		Offsets: []uint64{0x1139, 0x1150},
 		Cookies: []uint64{1, 2},
-	}}, &fallback.Options{Features: &features, CookieMap: coll.Maps[fallback.CookieMapName]})
+	}}, &fallback.Options{Features: &features})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,15 +6,16 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 	"golang.org/x/sys/unix"
 )
 
@@ -135,7 +136,7 @@ func TestUprobes(t *testing.T) {
 func TestRefCtr(t *testing.T) {
 	testutil.RequireBPF(t)
 	path := buildSema(t, "pie")
-	c := loadCookieCounter(t, false, false)
+	c := loadCookieCounter(t)
 	p := startSema(t, path)
 	if got := p.do(t, "v"); got != "0 0" {
 		t.Fatalf("semaphores before attach: %s", got)
@@ -170,7 +171,7 @@ func TestRefCtr(t *testing.T) {
 func TestAllOrNothing(t *testing.T) {
 	testutil.RequireBPF(t)
 	path := buildSema(t, "pie")
-	c := loadCookieCounter(t, false, false)
+	c := loadCookieCounter(t)
 	p := startSema(t, path)
 	fns := semaFuncs(t, path)
 	sema, sema2 := symOffset(t, path, "mp_sema"), symOffset(t, path, "mp_sema2")
@@ -200,76 +201,60 @@ func TestAllOrNothing(t *testing.T) {
 	}
 }
 
-// TestNoCookie forces the address-map path of bpf/cookie.bpf.h.
-func TestNoCookie(t *testing.T) {
+// TestPerSitePrograms attaches one program per site, as on kernels
+// without BPF cookies (before Linux 5.15): entry and return probes on the
+// same functions, each site's clone counting under its own built-in
+// cookie. On such a kernel nothing else tells the sites apart: the kernel
+// cookie below is 0 for all (Features say there are none).
+func TestPerSitePrograms(t *testing.T) {
 	testutil.RequireBPF(t)
 	noCookies := features(t, func(f *kernelprobe.Features) { f.UprobeMulti, f.Cookies = false, false })
-	cookies := []uint64{7, 8, 9}
-
-	t.Run("nopie", func(t *testing.T) {
-		path := buildSema(t, "nopie")
-		c := loadCookieCounter(t, true, false)
-		l, err := Uprobes(c.prog, []attach.Target{{Path: path, Offsets: semaFuncs(t, path), Cookies: cookies}},
-			&Options{Features: noCookies, CookieMap: c.cookie})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := mapLen(t, c.cookie); got != 3 {
-			t.Errorf("%s has %d entries, want 3", CookieMapName, got)
-		}
-		p := startSema(t, path)
-		p.do(t, "c 2")
-		for i, ck := range cookies {
-			if got := c.count(t, uint32(ck)); got != uint64(2+i) {
-				t.Errorf("fn%d (cookie %d): %d calls, want %d", i, ck, got, 2+i)
+	for _, kind := range []string{"nopie", "pie"} {
+		t.Run(kind, func(t *testing.T) {
+			path := buildSema(t, kind)
+			c := loadCookieCounter(t)
+			fns := semaFuncs(t, path)
+			entryCookies, retCookies := []uint64{7, 8, 9}, []uint64{10, 11, 12}
+			entryProgs, retProgs := c.clones(t, entryCookies), c.clones(t, retCookies)
+			p := startSema(t, path)
+			snap := testutil.TakeSnapshot(t, slices.Concat(entryProgs, retProgs)...)
+			entry, err := Uprobes(nil, []attach.Target{{Path: path, Offsets: fns, Cookies: entryCookies}},
+				&Options{Features: noCookies, Programs: entryProgs})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if m := c.missed(t); m != 0 {
-			t.Errorf("%d events without a cookie", m)
-		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if got := mapLen(t, c.cookie); got != 0 {
-			t.Errorf("%s has %d entries after Close, want 0", CookieMapName, got)
-		}
-	})
-
-	t.Run("pie", func(t *testing.T) {
-		path := buildSema(t, "pie")
-		c := loadCookieCounter(t, true, true)
-		target := []attach.Target{{Path: path, Offsets: semaFuncs(t, path), Cookies: cookies}}
-		_, err := Uprobes(c.prog, target, &Options{Features: noCookies, CookieMap: c.cookie})
-		if !errors.Is(err, ErrNeedPID) {
-			t.Fatalf("PIE without pid: %v, want ErrNeedPID", err)
-		}
-		p, other := startSema(t, path), startSema(t, path)
-		if err := c.filter.Add(p.cmd.Process.Pid); err != nil {
-			t.Fatal(err)
-		}
-		l, err := Uprobes(c.prog, target, &Options{Features: noCookies, CookieMap: c.cookie, PID: p.cmd.Process.Pid})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		p.do(t, "c 5")
-		other.do(t, "c 1")
-		for i, ck := range cookies {
-			if got := c.count(t, uint32(ck)); got != uint64(5+i) {
-				t.Errorf("fn%d (cookie %d): %d calls, want %d", i, ck, got, 5+i)
+			defer entry.Close()
+			ret, err := Uprobes(nil, []attach.Target{{Path: path, Offsets: fns, Cookies: retCookies}},
+				&Options{Features: noCookies, Return: true, Programs: retProgs})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		if m := c.missed(t); m != 0 {
-			t.Errorf("%d events without a cookie", m)
-		}
-	})
+			defer ret.Close()
+			p.do(t, "c 2")
+			for i := range fns {
+				for _, ck := range []uint64{entryCookies[i], retCookies[i]} {
+					if got := c.count(t, uint32(ck)); got != uint64(2+i) {
+						t.Errorf("fn%d (cookie %d): %d calls, want %d", i, ck, got, 2+i)
+					}
+				}
+			}
+			if m := c.missed(t); m != 0 {
+				t.Errorf("%d events without a cookie", m)
+			}
+			if err := errors.Join(entry.Close(), ret.Close()); err != nil {
+				t.Fatal(err)
+			}
+			snap.Check(t, "after Close")
+		})
+	}
 
-	t.Run("nomap", func(t *testing.T) {
+	t.Run("count", func(t *testing.T) {
 		path := buildSema(t, "nopie")
-		c := loadCookieCounter(t, true, false)
-		_, err := Uprobes(c.prog, []attach.Target{{Path: path, Offsets: semaFuncs(t, path)}}, &Options{Features: noCookies})
-		if !errors.Is(err, ErrNoCookieMap) {
-			t.Errorf("no cookie map: %v, want ErrNoCookieMap", err)
+		c := loadCookieCounter(t)
+		_, err := Uprobes(nil, []attach.Target{{Path: path, Offsets: semaFuncs(t, path)}},
+			&Options{Features: noCookies, Programs: c.clones(t, []uint64{1, 2})})
+		if !errors.Is(err, attach.ErrInvalidOptions) {
+			t.Errorf("2 programs for 3 sites: %v, want ErrInvalidOptions", err)
 		}
 	})
 }
@@ -280,7 +265,7 @@ func TestNoCookie(t *testing.T) {
 func TestFDBudget(t *testing.T) {
 	testutil.RequireBPF(t)
 	path := buildSema(t, "nopie")
-	c := loadCookieCounter(t, false, false)
+	c := loadCookieCounter(t)
 	var orig unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &orig); err != nil {
 		t.Fatal(err)
@@ -336,7 +321,7 @@ const fdChildEnv = "MULTIPROBE_FALLBACK_FD_CHILD"
 func TestInvalid(t *testing.T) {
 	testutil.RequireBPF(t)
 	path := buildSema(t, "nopie")
-	c := loadCookieCounter(t, false, false)
+	c := loadCookieCounter(t)
 	fns := semaFuncs(t, path)
 	st, _ := os.Stat(path)
 	socket, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
@@ -372,8 +357,6 @@ func TestInvalid(t *testing.T) {
 		{"odd ref counter", c.prog, one(attach.Target{Path: path, Offsets: fns[:1], RefCtrOffsets: []uint64{3}}), nil, attach.ErrInvalidTarget},
 		{"directory", c.prog, one(attach.Target{Path: "/", Offsets: fns}), nil, attach.ErrInvalidTarget},
 		{"missing", c.prog, one(attach.Target{Path: path + ".missing", Offsets: fns}), nil, fs.ErrNotExist},
-		{"negative pid", c.prog, one(attach.Target{Path: path, Offsets: fns}), &Options{PID: -1}, attach.ErrInvalidOptions},
-		{"pid without filter", c.prog, one(attach.Target{Path: path, Offsets: fns}), &Options{PID: os.Getpid()}, ErrNoPIDFilter},
 		{"ref counter unsupported", c.prog, one(attach.Target{Path: path, Offsets: fns[:1], RefCtrOffsets: []uint64{2}}), &Options{Features: noRefCtr}, ErrRefCtrUnsupported},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

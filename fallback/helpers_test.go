@@ -11,9 +11,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/pidfilter"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 // buildSema returns the semaphore target (testprogs' c/sema.c) built as a
@@ -107,25 +106,15 @@ type cookieCounter struct {
 	prog   *ebpf.Program
 	counts *ebpf.Map
 	misses *ebpf.Map
-	cookie *ebpf.Map
-	filter *pidfilter.Filter // with withFilter only
 }
 
-func loadCookieCounter(t testing.TB, noCookie, withFilter bool) *cookieCounter {
+func loadCookieCounter(t testing.TB) *cookieCounter {
 	t.Helper()
 	spec, err := loadCookiecount()
 	if err != nil {
 		t.Fatal(err)
 	}
 	kernelprobe.PrepareCollectionSpec(spec, kernelprobe.PathPerfEvent)
-	if err := ConfigureCollection(spec, CollectionOptions{NoCookie: noCookie, MaxSites: 64}); err != nil {
-		t.Fatal(err)
-	}
-	if withFilter {
-		if err := pidfilter.Inject(spec); err != nil {
-			t.Fatal(err)
-		}
-	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -135,14 +124,42 @@ func loadCookieCounter(t testing.TB, noCookie, withFilter bool) *cookieCounter {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { coll.Close() })
-	c := &cookieCounter{coll: coll, prog: coll.Programs["count_cookie"], counts: coll.Maps["cookie_counts"],
-		misses: coll.Maps["cookie_misses"], cookie: coll.Maps[CookieMapName]}
-	if withFilter {
-		if c.filter, err = pidfilter.FromCollection(coll); err != nil {
+	return &cookieCounter{coll: coll, prog: coll.Programs["count_cookie"], counts: coll.Maps["cookie_counts"],
+		misses: coll.Maps["cookie_misses"]}
+}
+
+// clones loads one copy of count_cookie per cookie, each with its cookie
+// built in as bpf/mp_cookie.bpf.h's constant and sharing c's maps: the
+// programs a kernel without BPF cookies gets (the root package makes them
+// the same way through package load).
+func (c *cookieCounter) clones(t testing.TB, cookies []uint64) []*ebpf.Program {
+	t.Helper()
+	var progs []*ebpf.Program
+	for _, ck := range cookies {
+		spec, err := loadCookiecount()
+		if err != nil {
 			t.Fatal(err)
 		}
+		kernelprobe.PrepareCollectionSpec(spec, kernelprobe.PathPerfEvent)
+		if err := spec.Variables["mp_cookie_fixed"].Set(true); err != nil {
+			t.Fatal(err)
+		}
+		if err := spec.Variables["mp_cookie_value"].Set(ck); err != nil {
+			t.Fatal(err)
+		}
+		var objs struct {
+			Prog *ebpf.Program `ebpf:"count_cookie"`
+		}
+		err = spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+			"cookie_counts": c.counts, "cookie_misses": c.misses,
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { objs.Prog.Close() })
+		progs = append(progs, objs.Prog)
 	}
-	return c
+	return progs
 }
 
 func (c *cookieCounter) count(t testing.TB, cookie uint32) uint64 {
@@ -158,22 +175,6 @@ func (c *cookieCounter) missed(t testing.TB) uint64 {
 	t.Helper()
 	var n uint64
 	if err := c.misses.Lookup(uint32(0), &n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-func mapLen(t testing.TB, m *ebpf.Map) int {
-	t.Helper()
-	var (
-		k, v uint64
-		n    int
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	if err := it.Err(); err != nil {
 		t.Fatal(err)
 	}
 	return n

@@ -5,9 +5,9 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/testprogs"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,7 +56,7 @@ func BenchmarkPIDFilter(b *testing.B) {
 			}
 			w := startWaiting(b, bin, 1, b.N)
 			if f != nil && bc.pass {
-				if err := f.Add(w.pid()); err != nil {
+				if err := f.Acquire(w.pid()); err != nil {
 					b.Fatal(err)
 				}
 			}

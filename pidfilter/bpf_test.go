@@ -14,10 +14,10 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/fallback"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/pidfilter"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 var (
@@ -149,7 +149,7 @@ func attachPath(t testing.TB, p kernelprobe.Path, prog *ebpf.Program, target att
 		// 6.6–6.9 or for several pids.
 		l, err = attach.UprobeMulti(prog, []attach.Target{target}, nil)
 	case kernelprobe.PathPerfEvent:
-		l, err = fallback.Uprobes(prog, []attach.Target{target}, &fallback.Options{PID: pid})
+		l, err = fallback.Uprobes(prog, []attach.Target{target}, nil)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestFilterThreads(t *testing.T) {
 
 			a := startWaiting(t, bin, threads, calls)
 			b := startWaiting(t, bin, threads, calls)
-			if err := f.Add(a.pid()); err != nil {
+			if err := f.Acquire(a.pid()); err != nil {
 				t.Fatal(err)
 			}
 			l := attachPath(t, p, prog, target, a.pid())
@@ -234,7 +234,7 @@ func TestFilterThreads(t *testing.T) {
 			// Change the set while attached.
 			c := startWaiting(t, bin, threads, calls)
 			d := startWaiting(t, bin, threads, calls)
-			if err := f.Set(d.pid()); err != nil {
+			if err := f.Replace([]int{a.pid()}, []int{d.pid()}); err != nil {
 				t.Fatal(err)
 			}
 			if got, err := f.PIDs(); err != nil || len(got) != 1 || got[0] != d.pid() {
@@ -244,7 +244,18 @@ func TestFilterThreads(t *testing.T) {
 			d.run(t)
 			pids = readHash(t, coll.Maps["pid_counts"])
 			if pids[uint32(d.pid())] != threads*calls || pids[uint32(a.pid())] != threads*calls || len(pids) != 2 {
-				t.Errorf("after Set(%d): pid counts %v, want %d and %d with %d each", d.pid(), pids, a.pid(), d.pid(), threads*calls)
+				t.Errorf("after Replace to %d: pid counts %v, want %d and %d with %d each", d.pid(), pids, a.pid(), d.pid(), threads*calls)
+			}
+
+			// AllPIDs lets every process through, beside the set.
+			e := startWaiting(t, bin, threads, calls)
+			if err := f.Acquire(pidfilter.AllPIDs); err != nil {
+				t.Fatal(err)
+			}
+			e.run(t)
+			pids = readHash(t, coll.Maps["pid_counts"])
+			if pids[uint32(e.pid())] != threads*calls || len(pids) != 3 {
+				t.Errorf("with AllPIDs held: pid counts %v, want %d with %d beside the earlier two", pids, e.pid(), threads*calls)
 			}
 
 			if err := l.Close(); err != nil {

@@ -26,11 +26,11 @@ func ExampleInject() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := filter.Add(1234, 5678); err != nil {
+	if err := filter.Acquire(1234, 5678); err != nil {
 		log.Fatal(err)
 	}
 	// ... attach coll.Programs["on_call"] ...
-	if err := filter.Set(4321); err != nil {
+	if err := filter.Replace([]int{1234, 5678}, []int{4321}); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -9,12 +9,46 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Filter is the pid set of a loaded program with an injected filter. Changes
-// take effect for the next event, while the program stays attached. It is
-// safe for concurrent use.
+// AllPIDs is the key that lets every process through: while anyone holds
+// it, the filter passes all events, whatever other pids are in the set.
+const AllPIDs = 0
+
+// Filter is the pid set of a loaded program with an injected filter.
+// Every pid in the map has a reference count as its value: several
+// holders (for example several attachments of one program) may hold the
+// same pid, and a pid leaves the set when its last holder releases it.
+// Changes take effect for the next event, while the program stays
+// attached.
+//
+// A Filter is safe for concurrent use, and so are Filters of one map
+// opened separately in one process: they serialise on the map's kernel
+// id. Processes that share a pinned map must not change it at once.
 type Filter struct {
-	mu sync.Mutex
 	m  *ebpf.Map
+	mu *sync.Mutex // shared by every Filter of this map in the process
+}
+
+// ErrNotHeld is returned by Release for a pid that nobody holds.
+var ErrNotHeld = errors.New("pid not held")
+
+// mapLocks holds one mutex per map id: the read-modify-write of a
+// reference count must not interleave with another Filter's on the same
+// map.
+var mapLocks sync.Map // ebpf.MapID -> *sync.Mutex
+
+func lockFor(m *ebpf.Map) (*sync.Mutex, error) {
+	info, err := m.Info()
+	if err != nil {
+		return nil, fmt.Errorf("pidfilter: map info of %v: %w", m, err)
+	}
+	id, ok := info.ID()
+	if !ok {
+		// Kernels before 4.13 have no map ids; nothing else on them runs
+		// this library either, so one mutex for all is enough.
+		id = 0
+	}
+	mu, _ := mapLocks.LoadOrStore(id, new(sync.Mutex))
+	return mu.(*sync.Mutex), nil
 }
 
 // New wraps the loaded pid set map m (the collection's map named MapName).
@@ -26,7 +60,11 @@ func New(m *ebpf.Map) (*Filter, error) {
 	if !fits(m.Type(), m.KeySize(), m.ValueSize()) {
 		return nil, fmt.Errorf("pidfilter: map %v is %v with key/value size %d/%d: %w", m, m.Type(), m.KeySize(), m.ValueSize(), ErrBadMap)
 	}
-	return &Filter{m: m}, nil
+	mu, err := lockFor(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Filter{m: m, mu: mu}, nil
 }
 
 // FromCollection returns the Filter of a collection loaded from a spec
@@ -41,85 +79,146 @@ func FromCollection(c *ebpf.Collection) (*Filter, error) {
 // Map returns the underlying BPF map.
 func (f *Filter) Map() *ebpf.Map { return f.m }
 
-// Add puts pids into the set. It fails, leaving the pids added so far, when
-// a pid is not positive or the set is full (the map's MaxEntries).
-func (f *Filter) Add(pids ...int) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.add(pids)
-}
-
-func (f *Filter) add(pids []int) error {
-	one := uint8(1)
+// Acquire takes one reference on each of pids (AllPIDs included), adding
+// the ones not yet in the set. It is all or nothing: on error, for
+// example a bad pid or a full map, the set is as before.
+func (f *Filter) Acquire(pids ...int) error {
 	for _, pid := range pids {
-		key, err := keyOf(pid)
-		if err != nil {
+		if _, err := keyOf(pid); err != nil {
 			return err
 		}
-		if err := f.m.Update(key, one, ebpf.UpdateAny); err != nil {
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.acquire(pids)
+}
+
+func (f *Filter) acquire(pids []int) error {
+	for i, pid := range pids {
+		if err := f.adjust(pid, +1); err != nil {
+			f.undo(pids[:i], -1)
+			return err
+		}
+	}
+	return nil
+}
+
+// Release drops one reference on each of pids, taking a pid out of the
+// set with its last one. A pid that is not held is an error wrapping
+// ErrNotHeld, but the other pids are still released.
+func (f *Filter) Release(pids ...int) error {
+	for _, pid := range pids {
+		if _, err := keyOf(pid); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var errs []error
+	for _, pid := range pids {
+		errs = append(errs, f.adjust(pid, -1))
+	}
+	return errors.Join(errs...)
+}
+
+// Replace releases old and acquires new as one change: pids in both are
+// never missing from the set in between, because new is acquired first.
+// On error nothing changed.
+func (f *Filter) Replace(old, new []int) error {
+	for _, pid := range slices.Concat(old, new) {
+		if _, err := keyOf(pid); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, pid := range old {
+		if n, err := f.count(pid); err != nil {
+			return err
+		} else if n == 0 {
+			return fmt.Errorf("pidfilter: releasing pid %d from %v: %w", pid, f.m, ErrNotHeld)
+		}
+	}
+	if err := f.acquire(new); err != nil {
+		return err
+	}
+	for i, pid := range old {
+		if err := f.adjust(pid, -1); err != nil {
+			f.undo(old[:i], +1)
+			f.undo(new, -1)
+			return err
+		}
+	}
+	return nil
+}
+
+// undo reverts adjustments made before a failure. It can fail only if
+// the map itself fails, which then has been reported already.
+func (f *Filter) undo(pids []int, delta int) {
+	for _, pid := range pids {
+		_ = f.adjust(pid, delta)
+	}
+}
+
+// adjust adds delta to pid's reference count, inserting or deleting the
+// key at the edges.
+func (f *Filter) adjust(pid int, delta int) error {
+	key, err := keyOf(pid)
+	if err != nil {
+		return err
+	}
+	n, err := f.count(pid)
+	if err != nil {
+		return err
+	}
+	switch next := int64(n) + int64(delta); {
+	case next < 0:
+		return fmt.Errorf("pidfilter: releasing pid %d from %v: %w", pid, f.m, ErrNotHeld)
+	case next == 0:
+		if err := f.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("pidfilter: removing pid %d from %v: %w", pid, f.m, err)
+		}
+	case next > int64(^uint32(0)):
+		return fmt.Errorf("pidfilter: pid %d in %v: reference count overflows", pid, f.m)
+	default:
+		if err := f.m.Update(key, uint32(next), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("pidfilter: adding pid %d to %v (capacity %d): %w", pid, f.m, f.m.MaxEntries(), err)
 		}
 	}
 	return nil
 }
 
-// Remove takes pids out of the set; pids not in it are ignored.
-func (f *Filter) Remove(pids ...int) error {
+// Count returns how many references pid has: 0 when it is not in the set.
+func (f *Filter) Count(pid int) (int, error) {
+	if _, err := keyOf(pid); err != nil {
+		return 0, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.remove(pids)
+	n, err := f.count(pid)
+	return int(n), err
 }
 
-func (f *Filter) remove(pids []int) error {
-	for _, pid := range pids {
-		key, err := keyOf(pid)
-		if err != nil {
-			return err
-		}
-		if err := f.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("pidfilter: removing pid %d from %v: %w", pid, f.m, err)
-		}
+func (f *Filter) count(pid int) (uint32, error) {
+	var n uint32
+	err := f.m.Lookup(uint32(pid), &n)
+	switch {
+	case errors.Is(err, ebpf.ErrKeyNotExist):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("pidfilter: reading pid %d in %v: %w", pid, f.m, err)
 	}
-	return nil
+	return n, nil
 }
 
-// Set makes the set exactly pids. Pids staying in the set are never
-// missing in between: the new ones are added before the others go.
-func (f *Filter) Set(pids ...int) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, pid := range pids {
-		if _, err := keyOf(pid); err != nil {
-			return err
-		}
-	}
-	old, err := f.pids()
-	if err != nil {
-		return err
-	}
-	if err := f.add(pids); err != nil {
-		return err
-	}
-	var gone []int
-	for _, p := range old {
-		if !slices.Contains(pids, p) {
-			gone = append(gone, p)
-		}
-	}
-	return f.remove(gone)
-}
-
-// PIDs returns the set, sorted.
+// PIDs returns the pids in the set, sorted; AllPIDs (0) comes first when
+// someone holds it.
 func (f *Filter) PIDs() ([]int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.pids()
-}
-
-func (f *Filter) pids() ([]int, error) {
 	var (
 		key uint32
-		val uint8
+		val uint32
 		out []int
 	)
 	it := f.m.Iterate()
@@ -133,12 +232,12 @@ func (f *Filter) pids() ([]int, error) {
 	return out, nil
 }
 
-// ErrBadPID is returned for a pid that is not positive or does not fit the
+// ErrBadPID is returned for a pid that is negative or does not fit the
 // kernel's 32-bit pid.
 var ErrBadPID = errors.New("bad pid")
 
 func keyOf(pid int) (uint32, error) {
-	if pid <= 0 || int64(pid) > int64(^uint32(0)>>1) {
+	if pid < 0 || int64(pid) > int64(^uint32(0)>>1) {
 		return 0, fmt.Errorf("pidfilter: pid %d: %w", pid, ErrBadPID)
 	}
 	return uint32(pid), nil

@@ -11,7 +11,9 @@ import (
 )
 
 // MapName is the name of the pid set map: a BPF hash from a process id (the
-// tgid, u32) to a u8 that is always 1.
+// tgid, u32) to its reference count (u32, see [Filter]). The key
+// [AllPIDs] (0) lets every process through. bpf/mp_pids.bpf.h declares it
+// for programs that want it in their generated objects.
 const MapName = "mp_pids"
 
 // DefaultMaxPIDs is the capacity of the pid set map that Inject adds. Change
@@ -23,8 +25,8 @@ var (
 	// or one that cannot take the filter.
 	ErrNoProgram = errors.New("no such program to filter")
 	// ErrBadMap: the spec or the collection already has a map named MapName,
-	// but not the hash of u32 to u8 the filter needs.
-	ErrBadMap = errors.New("map " + MapName + " is not a hash of u32 pid to u8")
+	// but not the hash of u32 pid to u32 count the filter needs.
+	ErrBadMap = errors.New("map " + MapName + " is not a hash of u32 pid to u32 count")
 )
 
 // MapSpec returns the spec of the pid set map with room for maxPIDs pids.
@@ -33,27 +35,32 @@ func MapSpec(maxPIDs uint32) *ebpf.MapSpec {
 		Name:       MapName,
 		Type:       ebpf.Hash,
 		KeySize:    4,
-		ValueSize:  1,
+		ValueSize:  4,
 		MaxEntries: maxPIDs,
 	}
 }
 
 // prologueLen is the number of instructions Inject prepends.
-const prologueLen = 11
+const prologueLen = 17
 
-// stackSlot is where the prologue stores the pid as the lookup key. It is
-// below the frame pointer like every stack slot; the program overwrites it
-// freely afterwards.
+// stackSlot is where the prologue stores the lookup key. It is below the
+// frame pointer like every stack slot; the program overwrites it freely
+// afterwards.
 const stackSlot = -4
 
 // prologue returns the instructions that end the program with 0 unless the
-// current process is in the map, and otherwise leave r1 = ctx as the
-// program expects it. r6 is callee-saved, so it survives the helper calls;
-// the program's own code starts with only r1 and r10 defined, so using r6
-// here takes nothing from it.
+// current process, or AllPIDs, is in the map, and otherwise leave r1 = ctx
+// as the program expects it. The process's own pid is looked up first:
+// a filtered program pays one lookup for the processes it wants, and the
+// second lookup only for the others. r6 is callee-saved, so it survives
+// the helper calls; the program's own code starts with only r1 and r10
+// defined, so using r6 here takes nothing from it.
 func prologue() asm.Instructions {
-	pass := asm.JNE.Imm(asm.R0, 0, "")
-	pass.Offset = 2 // over "r0 = 0; exit"
+	// Jump offsets count 8-byte slots; the map load takes two.
+	found := asm.JNE.Imm(asm.R0, 0, "")
+	found.Offset = 9 // over the AllPIDs lookup and "r0 = 0; exit"
+	all := asm.JNE.Imm(asm.R0, 0, "")
+	all.Offset = 2 // over "r0 = 0; exit"
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.FnGetCurrentPidTgid.Call(),
@@ -63,7 +70,13 @@ func prologue() asm.Instructions {
 		asm.Add.Imm(asm.R2, stackSlot),
 		asm.LoadMapPtr(asm.R1, 0).WithReference(MapName),
 		asm.FnMapLookupElem.Call(),
-		pass,
+		found,
+		asm.StoreImm(asm.RFP, stackSlot, AllPIDs, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackSlot),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(MapName),
+		asm.FnMapLookupElem.Call(),
+		all,
 		asm.Mov.Imm(asm.R0, 0),
 		asm.Return(),
 		// then: r1 = r6, the first instruction of the program proper
@@ -80,8 +93,8 @@ func prologue() asm.Instructions {
 // functions and tail calls verify as before. Programs reached only by
 // tail calls need no filter: their caller already passed it.
 //
-// The set starts empty, so a filtered program does nothing until pids are
-// added; see [Filter]. Inject is idempotent: a program already filtered is
+// The set starts empty, so a filtered program does nothing until pids (or
+// AllPIDs) are acquired; see [Filter]. Inject is idempotent: a program already filtered is
 // left alone.
 func Inject(cs *ebpf.CollectionSpec, programs ...string) error {
 	if cs == nil {
@@ -180,7 +193,7 @@ func injected(insns asm.Instructions) bool {
 }
 
 func fits(t ebpf.MapType, key, value uint32) bool {
-	return (t == ebpf.Hash || t == ebpf.LRUHash) && key == 4 && value >= 1
+	return (t == ebpf.Hash || t == ebpf.LRUHash) && key == 4 && value == 4
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -2,6 +2,7 @@ package pidfilter_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -43,7 +44,7 @@ func TestInject(t *testing.T) {
 		t.Fatal(err)
 	}
 	insns := cs.Programs["prog"].Instructions
-	const pro = 12 // prologue and "r1 = r6"
+	const pro = 18 // prologue and "r1 = r6"
 	if len(insns) != len(orig)+pro {
 		t.Fatalf("%d instructions after Inject, want %d:\n%v", len(insns), len(orig)+pro, insns)
 	}
@@ -100,10 +101,11 @@ func TestInjectErrors(t *testing.T) {
 	}
 }
 
-// TestFilterSet changes a pid set through Filter and reads it back.
-func TestFilterSet(t *testing.T) {
+// TestFilterRefcounts changes a pid set through two holders of one map
+// and reads it back after each step.
+func TestFilterRefcounts(t *testing.T) {
 	testutil.RequireBPF(t)
-	m, err := ebpf.NewMap(pidfilter.MapSpec(4))
+	m, err := ebpf.NewMap(pidfilter.MapSpec(5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,43 +114,56 @@ func TestFilterSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(want ...int) {
+	g, err := pidfilter.New(m) // a second holder, as a second link is
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string, want ...int) {
 		t.Helper()
 		got, err := f.PIDs()
-		if err != nil || len(got) != len(want) {
-			t.Fatalf("PIDs() = %v, %v; want %v", got, err, want)
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("PIDs() = %v, want %v", got, want)
-			}
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("%s: PIDs() = %v, %v; want %v", step, got, err, want)
 		}
 	}
-	if err := f.Add(3, 1, 2); err != nil {
-		t.Fatal(err)
-	}
-	check(1, 2, 3)
-	if err := f.Remove(2, 99); err != nil {
-		t.Fatal(err)
-	}
-	check(1, 3)
-	if err := f.Set(3, 4, 5); err != nil {
-		t.Fatal(err)
-	}
-	check(3, 4, 5)
-	for _, bad := range []int{0, -1, 1 << 40} {
-		if err := f.Add(bad); !errors.Is(err, pidfilter.ErrBadPID) {
-			t.Errorf("Add(%d): %v, want ErrBadPID", bad, err)
-		}
-		if err := f.Set(bad); !errors.Is(err, pidfilter.ErrBadPID) {
-			t.Errorf("Set(%d): %v, want ErrBadPID", bad, err)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
 		}
 	}
-	check(3, 4, 5)
-	if err := f.Add(6, 7); err == nil {
-		t.Error("Add past the map's capacity: no error")
+	must(f.Acquire(3, 1))
+	must(g.Acquire(1, 2))
+	check("two holders", 1, 2, 3)
+	if n, err := f.Count(1); n != 2 || err != nil {
+		t.Errorf("Count(1) = %d, %v; want 2", n, err)
 	}
-	arr, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 1, MaxEntries: 1})
+	must(g.Release(1, 2))
+	check("second released", 1, 3)
+	if err := g.Release(2); !errors.Is(err, pidfilter.ErrNotHeld) {
+		t.Errorf("Release of a pid not held: %v, want ErrNotHeld", err)
+	}
+	must(f.Replace([]int{3, 1}, []int{3, pidfilter.AllPIDs}))
+	check("replaced", pidfilter.AllPIDs, 3)
+	if n, _ := f.Count(3); n != 1 {
+		t.Errorf("after Replace keeping 3: Count(3) = %d, want 1", n)
+	}
+	if err := f.Replace([]int{99}, []int{4}); !errors.Is(err, pidfilter.ErrNotHeld) {
+		t.Errorf("Replace of a pid not held: %v, want ErrNotHeld", err)
+	}
+	check("failed Replace changes nothing", pidfilter.AllPIDs, 3)
+	for _, bad := range []int{-1, 1 << 40} {
+		if err := f.Acquire(bad); !errors.Is(err, pidfilter.ErrBadPID) {
+			t.Errorf("Acquire(%d): %v, want ErrBadPID", bad, err)
+		}
+		if err := f.Release(bad); !errors.Is(err, pidfilter.ErrBadPID) {
+			t.Errorf("Release(%d): %v, want ErrBadPID", bad, err)
+		}
+	}
+	if err := f.Acquire(5, 6, 7, 8); err == nil {
+		t.Error("Acquire past the map's capacity: no error")
+	}
+	check("failed Acquire changes nothing", pidfilter.AllPIDs, 3)
+	arr, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,15 +72,13 @@ var hitCounts = map[string]int{
 	"inlined": inlineSites, "sema": 1, "libprobe": 1,
 }
 
-// fixture is the test BPF object, loaded, with a spec table writing into
-// its spec map.
+// fixture is the test BPF object, loaded.
 type fixture struct {
-	coll  *ebpf.Collection
-	rd    *ringbuf.Reader
-	table *SpecTable
+	coll *ebpf.Collection
+	rd   *ringbuf.Reader
 }
 
-func loadFixture(t *testing.T, noCookie bool) *fixture {
+func loadFixture(t *testing.T) *fixture {
 	t.Helper()
 	testutil.RequireBPF(t)
 	if runtime.GOARCH != "amd64" {
@@ -90,7 +88,7 @@ func loadFixture(t *testing.T, noCookie bool) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ConfigureCollection(cs, CollectionOptions{NoCookie: noCookie}); err != nil {
+	if err := ConfigureCollection(cs, CollectionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	coll, err := ebpf.NewCollection(cs)
@@ -103,10 +101,23 @@ func loadFixture(t *testing.T, noCookie bool) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rd.Close() })
-	specs := coll.Maps[SpecMapName]
-	return &fixture{coll: coll, rd: rd, table: NewSpecTable(specs.MaxEntries(), func(id uint32, s *Spec) error {
-		return specs.Put(id, s)
-	})}
+	return &fixture{coll: coll, rd: rd}
+}
+
+// heldSpecs counts the spec map's entries that someone holds.
+func (fx *fixture) heldSpecs(t *testing.T) int {
+	t.Helper()
+	_, refs, err := readSpecs(fx.coll.Maps[SpecMapName])
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range refs {
+		if r > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // target is a probe selected for a test: its file and the user cookie
@@ -142,7 +153,6 @@ type attachMode int
 const (
 	modeMulti    attachMode = iota // one uprobe_multi link per binary, cookies
 	modeFallback                   // one perf-event uprobe per site, cookies
-	modeNoCookie                   // uprobe_multi without cookies, spec through mp_usdt_ips
 )
 
 // attach attaches prog to every site of targets (all in one binary), the
@@ -150,34 +160,34 @@ const (
 // that detaches and releases the spec ids.
 func (fx *fixture) attach(t *testing.T, prog *ebpf.Program, targets []target, userBase uint32, mode attachMode, pid int) func() {
 	t.Helper()
-	var offsets, cookies, refs []uint64
-	var ids []uint32
+	var (
+		offsets, refs []uint64
+		specs         []Spec
+		users         []uint32
+	)
 	for i, tg := range targets {
 		for _, s := range tg.probe.Sites {
 			spec, err := tg.file.Spec(s)
 			if err != nil {
 				t.Fatal(err)
 			}
-			id, err := fx.table.Acquire(spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, id)
-			ck := PackCookie(id, userBase+uint32(i))
+			specs = append(specs, spec)
+			users = append(users, userBase+uint32(i))
 			offsets = append(offsets, s.Offset)
-			cookies = append(cookies, ck)
 			refs = append(refs, s.SemaphoreOffset)
-			if mode == modeNoCookie {
-				// A non-PIE executable runs at its link addresses.
-				if err := fx.coll.Maps[IPMapName].Put(s.Address, ck); err != nil {
-					t.Fatal(err)
-				}
-			}
 		}
 	}
+	ids, err := AcquireSpecs(fx.coll.Maps[SpecMapName], specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cookies := make([]uint64, len(specs))
+	for i, id := range ids.IDs() {
+		cookies[i] = PackCookie(id, users[i])
+	}
 	release := func() {
-		for _, id := range ids {
-			fx.table.Release(id)
+		if err := ids.Release(); err != nil {
+			t.Error(err)
 		}
 	}
 	ex, err := link.OpenExecutable(targets[0].file.Path)
@@ -186,11 +196,8 @@ func (fx *fixture) attach(t *testing.T, prog *ebpf.Program, targets []target, us
 	}
 	var links []link.Link
 	switch mode {
-	case modeMulti, modeNoCookie:
-		opts := &link.UprobeMultiOptions{Addresses: offsets, RefCtrOffsets: refs, PID: uint32(pid)}
-		if mode == modeMulti {
-			opts.Cookies = cookies
-		}
+	case modeMulti:
+		opts := &link.UprobeMultiOptions{Addresses: offsets, RefCtrOffsets: refs, PID: uint32(pid), Cookies: cookies}
 		l, err := ex.UprobeMulti(nil, prog, opts)
 		if err != nil {
 			release()
@@ -320,7 +327,7 @@ func TestAttachMulti(t *testing.T) {
 	tg := buildTargets(t)
 	for _, exe := range []string{tg.exe, tg.exeO0} {
 		t.Run(exe[strings.LastIndexByte(exe, '/')+1:], func(t *testing.T) {
-			fx := loadFixture(t, false)
+			fx := loadFixture(t)
 			prog := fx.coll.Programs["record"]
 			exeTargets := selectProbes(t, exe, "mptest:*")
 			libTargets := selectProbes(t, tg.lib, "*")
@@ -332,8 +339,8 @@ func TestAttachMulti(t *testing.T) {
 			detachLib()
 			evs := fx.drain(t)
 			check(t, evs, all)
-			if fx.table.Len() != 0 {
-				t.Errorf("%d spec ids still held after detach", fx.table.Len())
+			if n := fx.heldSpecs(t); n != 0 {
+				t.Errorf("%d spec ids still held after detach", n)
 			}
 			// Detached: another run must not fire.
 			run(t, exe)
@@ -348,7 +355,7 @@ func TestAttachMulti(t *testing.T) {
 // probe is left out: closing 300 perf uprobes takes half a minute.
 func TestAttachFallback(t *testing.T) {
 	tg := buildTargets(t)
-	fx := loadFixture(t, false)
+	fx := loadFixture(t)
 	prog := fx.coll.Programs["record_single"]
 	exeTargets := selectProbes(t, tg.exe, "mptest:*", "inlined")
 	libTargets := selectProbes(t, tg.lib, "*")
@@ -360,25 +367,11 @@ func TestAttachFallback(t *testing.T) {
 	check(t, fx.drain(t), append(exeTargets, libTargets...))
 }
 
-// TestAttachNoCookie attaches without BPF cookies: the program finds the
-// spec through mp_usdt_ips by the probed address. The executable is built
-// without PIE so that addresses in the file are runtime addresses.
-func TestAttachNoCookie(t *testing.T) {
-	tg := buildTargets(t)
-	fx := loadFixture(t, true)
-	prog := fx.coll.Programs["record"]
-	targets := selectProbes(t, tg.exeNoPIE, "mptest:*")
-	detach := fx.attach(t, prog, targets, 0, modeNoCookie, 0)
-	run(t, tg.exeNoPIE)
-	detach()
-	check(t, fx.drain(t), targets)
-}
-
 // TestMacro checks MP_USDT's named, typed arguments against the values
 // mptest:structp passes.
 func TestMacro(t *testing.T) {
 	tg := buildTargets(t)
-	fx := loadFixture(t, false)
+	fx := loadFixture(t)
 	targets := selectProbes(t, tg.exe, "mptest:structp")
 	detach := fx.attach(t, fx.coll.Programs["named"], targets, 0, modeMulti, 0)
 	run(t, tg.exe)
@@ -398,7 +391,7 @@ func TestMacro(t *testing.T) {
 // exactly while attached.
 func TestSemaphore(t *testing.T) {
 	tg := buildTargets(t)
-	fx := loadFixture(t, false)
+	fx := loadFixture(t)
 	cmd := exec.Command(tg.exe, "wait")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

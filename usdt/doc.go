@@ -10,12 +10,13 @@
 // file's architecture (x86-64, arm64, riscv64, s390x and ppc64le), taken
 // from its ELF header, so listing works on any host.
 //
-// The BPF side is bpf/usdt.bpf.h. Each site's argument string becomes a
+// The BPF side is bpf/mp_usdt.bpf.h. Each site's argument string becomes a
 // Spec (the Go mirror of struct mp_usdt_spec) stored in the BPF array
-// SpecMapName under an id handed out by a SpecTable; the site's BPF cookie
-// carries the id in its upper 32 bits and the user's cookie in the lower
-// 32 (PackCookie). Without BPF cookies the same value is found through
-// IPMapName by the probed address.
+// SpecMapName under an id that AcquireSpecs hands out and reference-counts
+// in the map itself; the site's BPF cookie carries the id in its upper 32
+// bits and the user's cookie in the lower 32 (PackCookie). Kernels without
+// BPF cookies get the same value from mp_cookie.bpf.h's per-site program
+// clones.
 //
 // This package resolves; attaching (uprobe_multi links, the per-site
 // fallback, filling the maps) is done by the packages after it.

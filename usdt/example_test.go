@@ -2,6 +2,7 @@ package usdt_test
 
 import (
 	"fmt"
+	"github.com/cilium/ebpf"
 	"log"
 
 	"github.com/multiprobe/multiprobe/usdt"
@@ -49,18 +50,29 @@ func ExampleParseArgs() {
 	// s32 *(sp+0x10)
 }
 
-// Give each distinct argument spec an id, and pack it with the user's
-// cookie into the BPF cookie of each site.
-func ExampleSpecTable() {
-	table := usdt.NewSpecTable(usdt.DefaultMaxSpecs, nil) // nil: no BPF map to write to
+// Give each distinct argument spec an id in a loaded program's spec map,
+// and pack it with the user's cookie into the BPF cookie of each site.
+// Package multiprobe does this for every USDT site it attaches.
+func ExampleAcquireSpecs() {
+	var specMap *ebpf.Map // the loaded program's map named usdt.SpecMapName
 	args, _ := usdt.ParseArgs(usdt.ArchX86_64, "8@%rdi -4@%esi")
 	spec, _ := usdt.NewSpec(args)
-	id, _ := table.Acquire(spec)
-	again, _ := table.Acquire(spec)
-	cookie := usdt.PackCookie(id, 42)
-	fmt.Printf("ids %d %d, cookie %#x\n", id, again, cookie)
-	fmt.Println(table.Release(id), table.Release(again))
+	ids, err := usdt.AcquireSpecs(specMap, []usdt.Spec{spec, spec})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ids.Release()
+	for i, id := range ids.IDs() {
+		fmt.Printf("site %d: cookie %#x\n", i, usdt.PackCookie(id, uint32(i)))
+	}
+}
+
+// The upper half of a USDT site's cookie is its spec id, the lower half
+// the user's own cookie.
+func ExamplePackCookie() {
+	cookie := usdt.PackCookie(1, 42)
+	id, user := usdt.UnpackCookie(cookie)
+	fmt.Printf("%#x: spec %d, user %d\n", cookie, id, user)
 	// Output:
-	// ids 1 1, cookie 0x10000002a
-	// false true
+	// 0x10000002a: spec 1, user 42
 }

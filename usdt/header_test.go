@@ -13,10 +13,11 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testutil"
 )
 
-// headerUser is a BPF program using every part of bpf/usdt.bpf.h. PRELUDE
+// headerUser is a BPF program using every part of bpf/mp_usdt.bpf.h and bpf/mp_pids.bpf.h. PRELUDE
 // is replaced by what a user might include first.
 const headerUser = `PRELUDE
-#include "usdt.bpf.h"
+#include "mp_usdt.bpf.h"
+#include "mp_pids.bpf.h"
 
 __attribute__((section("uprobe.multi"), used))
 int MP_USDT(all_types, char c, unsigned short u16, int i, long l, const char *p, void *q,

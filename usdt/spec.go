@@ -34,35 +34,20 @@ type SpecArg struct {
 type Spec struct {
 	Args     [MaxArgs]SpecArg
 	ArgCount uint32
-	pad      uint32 //nolint:unused // the C struct's reserved word
+	// pad stands for the C struct's refs, which AcquireSpecs owns: it
+	// is always zero in a Spec, so that equal specs compare equal.
+	pad uint32 //nolint:unused
 }
 
 // SpecSize is the size of struct mp_usdt_spec and of Spec's encoding.
 const SpecSize = MaxArgs*16 + 8
 
-// Names of the objects bpf/usdt.bpf.h declares, which multiprobe fills.
-const (
-	// SpecMapName is the BPF array of Spec values, indexed by spec id.
-	SpecMapName = "mp_usdt_specs"
-	// IPMapName is the BPF hash used when the kernel has no BPF cookies:
-	// key the probed address as the target process sees it (a u64: the
-	// site's Address plus the load bias of the mapping, 0 for a non-PIE
-	// executable), value the packed cookie (see PackCookie).
-	IPMapName = "mp_usdt_ips"
-	// NoCookieVariable is the const volatile bool in the program's
-	// .rodata that selects the IPMapName lookup instead of
-	// bpf_get_attach_cookie, which needs Linux 5.15.
-	NoCookieVariable = "mp_usdt_no_cookie"
-)
+// SpecMapName is the BPF array of Spec values, indexed by spec id, that
+// bpf/mp_usdt.bpf.h declares and multiprobe fills.
+const SpecMapName = "mp_usdt_specs"
 
-// ipOffsetVariable holds the pt_regs offset of the instruction pointer.
-const ipOffsetVariable = "mp_usdt_ip_off"
-
-// Default capacities of the two maps, as the header declares them.
-const (
-	DefaultMaxSpecs = 1024
-	DefaultMaxIPs   = 4096
-)
+// DefaultMaxSpecs is the spec map's capacity as the header declares it.
+const DefaultMaxSpecs = 1024
 
 // NewSpec encodes decoded arguments as a Spec. The register offsets in
 // args are those of the binary's architecture; use File.Spec to also check
@@ -193,27 +178,11 @@ func SpecMapSpec(maxSpecs uint32) *ebpf.MapSpec {
 	}
 }
 
-// IPMapSpec returns the address-to-cookie map for maxSites sites, used
-// when the kernel has no BPF cookies (see IPMapName).
-func IPMapSpec(maxSites uint32) *ebpf.MapSpec {
-	return &ebpf.MapSpec{
-		Name:       IPMapName,
-		Type:       ebpf.Hash,
-		KeySize:    8,
-		ValueSize:  8,
-		MaxEntries: maxSites,
-	}
-}
-
 // CollectionOptions are the load-time settings of a BPF object that
-// includes bpf/usdt.bpf.h.
+// includes bpf/mp_usdt.bpf.h.
 type CollectionOptions struct {
-	// MaxSpecs and MaxIPs resize the two maps; 0 keeps the header's size.
+	// MaxSpecs resizes the spec map; 0 keeps the header's size.
 	MaxSpecs uint32
-	MaxIPs   uint32
-	// NoCookie makes the programs find their spec through the probed
-	// address, for kernels before 5.15 without bpf_get_attach_cookie.
-	NoCookie bool
 }
 
 // ConfigureCollection applies o to a collection spec before it is loaded,
@@ -222,130 +191,204 @@ type CollectionOptions struct {
 func ConfigureCollection(cs *ebpf.CollectionSpec, o CollectionOptions) error {
 	m, ok := cs.Maps[SpecMapName]
 	if !ok {
-		return fmt.Errorf("usdt: BPF object has no map %s: include usdt.bpf.h", SpecMapName)
+		return fmt.Errorf("usdt: BPF object has no map %s: include mp_usdt.bpf.h: %w", SpecMapName, ErrBadSpecMap)
 	}
-	if m.ValueSize != SpecSize || m.KeySize != 4 {
-		return fmt.Errorf("usdt: map %s has key/value size %d/%d, want 4/%d: object built with another usdt.bpf.h", SpecMapName, m.KeySize, m.ValueSize, SpecSize)
+	if err := checkSpecMap(m.Type, m.KeySize, m.ValueSize); err != nil {
+		return err
 	}
 	if o.MaxSpecs != 0 {
 		m.MaxEntries = o.MaxSpecs
 	}
-	if ip, ok := cs.Maps[IPMapName]; ok && o.MaxIPs != 0 {
-		ip.MaxEntries = o.MaxIPs
-	}
-	v, ok := cs.Variables[NoCookieVariable]
-	if !ok {
-		return fmt.Errorf("usdt: BPF object has no variable %s: include usdt.bpf.h", NoCookieVariable)
-	}
-	if err := v.Set(o.NoCookie); err != nil {
-		return fmt.Errorf("usdt: setting %s: %w", NoCookieVariable, err)
-	}
-	if !o.NoCookie {
-		return nil
-	}
-	// The header knows the instruction pointer's offset only when built
-	// with __TARGET_ARCH_*; the host's is the right one in any case.
-	ipv, ok := cs.Variables[ipOffsetVariable]
-	if !ok {
-		return fmt.Errorf("usdt: BPF object has no variable %s: include usdt.bpf.h", ipOffsetVariable)
-	}
-	off := ipOffset(HostArch())
-	if off < 0 {
-		return fmt.Errorf("usdt: %w: host %s", ErrUnsupportedArch, HostArch())
-	}
-	if err := ipv.Set(int32(off)); err != nil {
-		return fmt.Errorf("usdt: setting %s: %w", ipOffsetVariable, err)
+	return nil
+}
+
+var (
+	// ErrTooManySpecs is returned by AcquireSpecs when every id is taken.
+	ErrTooManySpecs = errors.New("too many distinct USDT argument specs")
+	// ErrBadSpecMap: the spec map is missing or has another layout than
+	// this version of the package writes.
+	ErrBadSpecMap = errors.New("USDT spec map does not match this version of mp_usdt.bpf.h")
+)
+
+func checkSpecMap(t ebpf.MapType, key, value uint32) error {
+	if t != ebpf.Array || key != 4 || value != SpecSize {
+		return fmt.Errorf("usdt: map %s is %v with key/value size %d/%d, want an array of 4/%d: object built with another mp_usdt.bpf.h: %w", SpecMapName, t, key, value, SpecSize, ErrBadSpecMap)
 	}
 	return nil
 }
 
-// ErrTooManySpecs is returned by SpecTable.Acquire when every id is taken.
-var ErrTooManySpecs = errors.New("too many distinct USDT argument specs")
-
-// SpecTable hands out spec ids: one per distinct Spec while any attachment
-// uses it, freed when the last one releases it, then reused. It is safe
-// for concurrent use.
-type SpecTable struct {
-	mu    sync.Mutex
-	max   uint32
-	store func(id uint32, s *Spec) error
-	ids   map[Spec]uint32
-	byID  map[uint32]*specRef
-	free  []uint32
-	next  uint32
+// SpecIDs are the spec ids that one holder (for example one multiprobe
+// Link) took in a spec map with [AcquireSpecs], one per site.
+//
+// The map itself is the record of who holds what: every entry's last word
+// (the C struct's refs) counts the holders of that spec, so that holders
+// that share a map (several links of one loaded program) share ids for
+// equal specs, and an id is reused only after its last holder released
+// it. Id 0 is never handed out, so a site attached without a spec id
+// reads an empty spec (no arguments) instead of another probe's.
+// Holders in one process serialise on the map's kernel id; processes that
+// share a pinned spec map must not acquire at once.
+type SpecIDs struct {
+	m        *ebpf.Map // a clone, owned
+	mu       *sync.Mutex
+	ids      []uint32
+	distinct []uint32
 }
 
-type specRef struct {
-	spec Spec
-	refs uint32
+// specLocks holds one mutex per spec map id, for the read-modify-write of
+// reference counts.
+var specLocks sync.Map // ebpf.MapID -> *sync.Mutex
+
+// AcquireSpecs takes one reference on each distinct spec of specs in the
+// loaded spec map m, writing the specs that are not there yet into free
+// ids, and returns the ids, one per element of specs. It is all or
+// nothing. The result holds its own handle of m; Release it.
+func AcquireSpecs(m *ebpf.Map, specs []Spec) (*SpecIDs, error) {
+	if m == nil {
+		return nil, fmt.Errorf("usdt: nil spec map: %w", ErrBadSpecMap)
+	}
+	if err := checkSpecMap(m.Type(), m.KeySize(), m.ValueSize()); err != nil {
+		return nil, err
+	}
+	info, err := m.Info()
+	if err != nil {
+		return nil, fmt.Errorf("usdt: map info of %s: %w", SpecMapName, err)
+	}
+	mapID, _ := info.ID()
+	mu, _ := specLocks.LoadOrStore(mapID, new(sync.Mutex))
+	own, err := m.Clone()
+	if err != nil {
+		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+	}
+	s := &SpecIDs{m: own, mu: mu.(*sync.Mutex)}
+	if err := s.acquire(specs); err != nil {
+		own.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
-// NewSpecTable returns a table of ids 1..maxSpecs-1 (the map's size; id 0
-// is reserved, see SpecMapSpec). store, if not nil, writes a new spec into
-// the BPF map; it runs before Acquire returns the id, so no site can fire
-// with an id whose spec is not yet there.
-func NewSpecTable(maxSpecs uint32, store func(id uint32, s *Spec) error) *SpecTable {
-	return &SpecTable{
-		max:   maxSpecs,
-		store: store,
-		ids:   make(map[Spec]uint32),
-		byID:  make(map[uint32]*specRef),
-		next:  1,
+func (s *SpecIDs) acquire(specs []Spec) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	table, refs, err := readSpecs(s.m)
+	if err != nil {
+		return err
 	}
-}
-
-// Acquire returns the id of s, taking a reference on it.
-func (t *SpecTable) Acquire(s Spec) (uint32, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if id, ok := t.ids[s]; ok {
-		t.byID[id].refs++
-		return id, nil
-	}
-	var id uint32
-	switch {
-	case len(t.free) > 0:
-		id = t.free[len(t.free)-1]
-		t.free = t.free[:len(t.free)-1]
-	case t.next < t.max:
-		id = t.next
-		t.next++
-	default:
-		return 0, fmt.Errorf("usdt: %w: all %d ids in use (raise the size of map %s)", ErrTooManySpecs, max(t.max, 1)-1, SpecMapName)
-	}
-	if t.store != nil {
-		if err := t.store(id, &s); err != nil {
-			t.free = append(t.free, id)
-			return 0, fmt.Errorf("usdt: writing spec %d to %s: %w", id, SpecMapName, err)
+	byspec := make(map[Spec]uint32, len(specs))
+	for id := 1; id < len(table); id++ {
+		if refs[id] > 0 {
+			byspec[table[id]] = uint32(id)
 		}
 	}
-	t.ids[s] = id
-	t.byID[id] = &specRef{spec: s, refs: 1}
-	return id, nil
+	taken := make(map[uint32]bool)
+	next := 1
+	undo := func() {
+		for _, id := range s.distinct {
+			if refs[id]--; refs[id] == 0 {
+				table[id] = Spec{}
+			}
+			_ = writeSpec(s.m, id, table[id], refs[id])
+		}
+		s.distinct = nil
+	}
+	s.ids = make([]uint32, len(specs))
+	for i, sp := range specs {
+		sp.pad = 0
+		id, ok := byspec[sp]
+		if !ok {
+			for next < len(table) && refs[next] > 0 {
+				next++
+			}
+			if next >= len(table) {
+				undo()
+				return fmt.Errorf("usdt: %w: all %d ids of map %s in use (raise its size with CollectionOptions.MaxSpecs or MP_USDT_MAX_SPECS)", ErrTooManySpecs, max(len(table), 1)-1, SpecMapName)
+			}
+			id = uint32(next)
+			table[id] = sp
+			byspec[sp] = id
+		}
+		s.ids[i] = id
+		if !taken[id] {
+			taken[id] = true
+			refs[id]++
+			if err := writeSpec(s.m, id, table[id], refs[id]); err != nil {
+				refs[id]--
+				undo()
+				return err
+			}
+			s.distinct = append(s.distinct, id)
+		}
+	}
+	return nil
 }
 
-// Release drops a reference taken by Acquire and reports whether it was
-// the last one, so that the id is free again. Releasing an id that is not
-// held does nothing.
-func (t *SpecTable) Release(id uint32) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	r, ok := t.byID[id]
-	if !ok {
-		return false
+// IDs returns the spec id of each spec given to AcquireSpecs, in order.
+func (s *SpecIDs) IDs() []uint32 { return s.ids }
+
+// Release drops the references. An id whose last holder this was is
+// cleared, so that a stale site reads no arguments rather than another
+// probe's. Release is idempotent.
+func (s *SpecIDs) Release() error {
+	if s == nil || s.m == nil {
+		return nil
 	}
-	if r.refs--; r.refs > 0 {
-		return false
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, id := range s.distinct {
+		var raw [SpecSize]byte
+		if err := s.m.Lookup(id, raw[:]); err != nil {
+			errs = append(errs, fmt.Errorf("usdt: reading spec %d of %s: %w", id, SpecMapName, err))
+			continue
+		}
+		var sp Spec
+		_ = sp.UnmarshalBinary(raw[:])
+		refs := binary.NativeEndian.Uint32(raw[SpecSize-4:])
+		if refs > 0 {
+			refs--
+		}
+		if refs == 0 {
+			sp = Spec{}
+		}
+		errs = append(errs, writeSpec(s.m, id, sp, refs))
 	}
-	delete(t.byID, id)
-	delete(t.ids, r.spec)
-	t.free = append(t.free, id)
-	return true
+	s.distinct, s.ids = nil, nil
+	errs = append(errs, s.m.Close())
+	s.m = nil
+	return errors.Join(errs...)
 }
 
-// Len returns how many ids are in use.
-func (t *SpecTable) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.byID)
+// readSpecs reads the whole spec map: its specs and reference counts.
+func readSpecs(m *ebpf.Map) ([]Spec, []uint32, error) {
+	n := m.MaxEntries()
+	table := make([]Spec, n)
+	refs := make([]uint32, n)
+	var (
+		key uint32
+		raw = make([]byte, SpecSize)
+	)
+	it := m.Iterate()
+	for it.Next(&key, raw) {
+		if key >= n {
+			continue
+		}
+		if err := table[key].UnmarshalBinary(raw); err != nil {
+			return nil, nil, err
+		}
+		refs[key] = binary.NativeEndian.Uint32(raw[SpecSize-4:])
+	}
+	if err := it.Err(); err != nil {
+		return nil, nil, fmt.Errorf("usdt: reading %s: %w", SpecMapName, err)
+	}
+	return table, refs, nil
+}
+
+func writeSpec(m *ebpf.Map, id uint32, sp Spec, refs uint32) error {
+	b, _ := sp.AppendBinary(make([]byte, 0, SpecSize))
+	binary.NativeEndian.PutUint32(b[SpecSize-4:], refs)
+	if err := m.Update(id, b, ebpf.UpdateExist); err != nil {
+		return fmt.Errorf("usdt: writing spec %d to %s: %w", id, SpecMapName, err)
+	}
+	return nil
 }

@@ -2,7 +2,9 @@ package usdt
 
 import (
 	"errors"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 
@@ -26,7 +28,7 @@ func TestSpecLayout(t *testing.T) {
 		names []string // C member names in order
 	}{
 		{"mp_usdt_arg", reflect.TypeFor[SpecArg](), []string{"val", "reg_off", "idx_off", "kind", "size", "is_signed", "scale_shift"}},
-		{"mp_usdt_spec", reflect.TypeFor[Spec](), []string{"args", "arg_cnt", "reserved"}},
+		{"mp_usdt_spec", reflect.TypeFor[Spec](), []string{"args", "arg_cnt", "refs"}},
 	} {
 		var st *btf.Struct
 		if err := spec.TypeByName(c.cName, &st); err != nil {
@@ -58,7 +60,7 @@ func TestSpecLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]*ebpf.MapSpec{SpecMapName: SpecMapSpec(DefaultMaxSpecs), IPMapName: IPMapSpec(DefaultMaxIPs)} {
+	for name, want := range map[string]*ebpf.MapSpec{SpecMapName: SpecMapSpec(DefaultMaxSpecs)} {
 		m := cs.Maps[name]
 		if m == nil || m.Type != want.Type || m.KeySize != want.KeySize || m.ValueSize != want.ValueSize || m.MaxEntries != want.MaxEntries {
 			t.Errorf("map %s in the object: %v, want %v", name, m, want)
@@ -118,70 +120,122 @@ func TestCookie(t *testing.T) {
 	}
 }
 
-func TestSpecTable(t *testing.T) {
-	stored := map[uint32]Spec{}
-	var mu sync.Mutex
-	tab := NewSpecTable(4, func(id uint32, s *Spec) error {
-		mu.Lock()
-		defer mu.Unlock()
-		stored[id] = *s
-		return nil
-	})
+// TestAcquireSpecs hands out ids to two holders of one spec map, as two
+// links of one program are, and checks the map after every step.
+func TestAcquireSpecs(t *testing.T) {
+	testutil.RequireBPF(t)
+	m, err := ebpf.NewMap(SpecMapSpec(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
 	spec := func(v int64) Spec {
 		s, _ := NewSpec([]Arg{{Size: 8, Kind: ArgConst, Value: v, RegOffset: -1, IndexOffset: -1}})
 		return s
 	}
-	a1, _ := tab.Acquire(spec(1))
-	a2, _ := tab.Acquire(spec(1))
-	b, _ := tab.Acquire(spec(2))
-	c, _ := tab.Acquire(spec(3))
-	if a1 != 1 || a2 != 1 || b != 2 || c != 3 {
-		t.Fatalf("ids %d %d %d %d, want 1 1 2 3 (0 is reserved)", a1, a2, b, c)
+	a, err := AcquireSpecs(m, []Spec{spec(1), spec(1), spec(2)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if stored[2] != spec(2) || len(stored) != 3 {
-		t.Fatalf("stored %v", stored)
+	b, err := AcquireSpecs(m, []Spec{spec(2), spec(3)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := tab.Acquire(spec(4)); !errors.Is(err, ErrTooManySpecs) {
-		t.Fatalf("fourth spec in a table of 4: %v", err)
+	if got := append(slices.Clone(a.IDs()), b.IDs()...); !slices.Equal(got, []uint32{1, 1, 2, 2, 3}) {
+		t.Fatalf("ids %v, want [1 1 2] and [2 3] (0 is reserved, equal specs share)", got)
 	}
-	if tab.Release(a1) || !tab.Release(a2) || tab.Release(a2) {
-		t.Fatal("Release did not count references")
+	table, refs, err := readSpecs(m)
+	if err != nil {
+		t.Fatal(err)
 	}
-	d, err := tab.Acquire(spec(4))
-	if err != nil || d != 1 || stored[1] != spec(4) {
-		t.Fatalf("freed id not reused: %d, %v", d, err)
+	if !slices.Equal(refs, []uint32{0, 1, 2, 1}) || table[3] != spec(3) {
+		t.Fatalf("map refs %v, spec 3 %v", refs, table[3])
 	}
-	if tab.Len() != 3 {
-		t.Fatalf("Len %d", tab.Len())
+	if _, err := AcquireSpecs(m, []Spec{spec(4)}); !errors.Is(err, ErrTooManySpecs) {
+		t.Fatalf("fourth spec in a map of 4: %v", err)
 	}
-	failing := NewSpecTable(4, func(uint32, *Spec) error { return errors.New("boom") })
-	if _, err := failing.Acquire(spec(1)); err == nil || failing.Len() != 0 {
-		t.Fatalf("store error: %v, Len %d", err, failing.Len())
+	if _, err := AcquireSpecs(m, []Spec{spec(2), spec(4)}); !errors.Is(err, ErrTooManySpecs) {
+		t.Fatalf("fourth spec beside a held one: %v", err)
+	}
+	if _, refs, _ := readSpecs(m); !slices.Equal(refs, []uint32{0, 1, 2, 1}) {
+		t.Fatalf("failed AcquireSpecs changed refs to %v", refs)
+	}
+	if err := a.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	table, refs, _ = readSpecs(m)
+	if !slices.Equal(refs, []uint32{0, 0, 1, 1}) || table[1] != (Spec{}) {
+		t.Fatalf("after Release: refs %v, spec 1 %v (want cleared)", refs, table[1])
+	}
+	c, err := AcquireSpecs(m, []Spec{spec(4)})
+	if err != nil || !slices.Equal(c.IDs(), []uint32{1}) {
+		t.Fatalf("freed id not reused: %v, %v", c.IDs(), err)
+	}
+	c.Release()
+	b.Release()
+	if _, refs, _ := readSpecs(m); !slices.Equal(refs, []uint32{0, 0, 0, 0}) {
+		t.Fatalf("after every Release: refs %v", refs)
+	}
+	arr, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer arr.Close()
+	if _, err := AcquireSpecs(arr, nil); !errors.Is(err, ErrBadSpecMap) {
+		t.Errorf("AcquireSpecs on another layout: %v, want ErrBadSpecMap", err)
 	}
 }
 
-// TestSpecTableConcurrent is for -race.
-func TestSpecTableConcurrent(t *testing.T) {
-	tab := NewSpecTable(64, nil)
+// TestAcquireSpecsConcurrent is for -race: holders with their own handles
+// of one map must agree on ids.
+func TestAcquireSpecsConcurrent(t *testing.T) {
+	testutil.RequireBPF(t)
+	m, err := ebpf.NewMap(SpecMapSpec(64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
-			for i := range 100 {
+			h, err := m.Clone()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer h.Close()
+			for i := range 50 {
 				s, _ := NewSpec([]Arg{{Size: 8, Kind: ArgConst, Value: int64(i % 10), RegOffset: -1, IndexOffset: -1}})
-				id, err := tab.Acquire(s)
+				ids, err := AcquireSpecs(h, []Spec{s})
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				if (i+g)%2 == 0 {
-					tab.Release(id)
+					ids.Release()
 				}
 			}
 		})
 	}
 	wg.Wait()
-	if n := tab.Len(); n > 10 {
-		t.Fatalf("%d ids for 10 distinct specs", n)
+	table, refs, err := readSpecs(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[Spec]bool{}
+	for id, r := range refs {
+		if r > 0 {
+			if seen[table[id]] {
+				t.Fatalf("spec %v under two ids", table[id])
+			}
+			seen[table[id]] = true
+		}
+	}
+	if len(seen) > 10 {
+		t.Fatalf("%d ids for 10 distinct specs", len(seen))
 	}
 }
 
@@ -190,26 +244,18 @@ func TestConfigureCollection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ConfigureCollection(cs, CollectionOptions{MaxSpecs: 1000, MaxIPs: 50, NoCookie: true}); err != nil {
+	if err := ConfigureCollection(cs, CollectionOptions{MaxSpecs: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	var noCookie bool
-	var ipOff int32
-	if err := cs.Variables[NoCookieVariable].Get(&noCookie); err != nil || !noCookie {
-		t.Fatalf("%s = %v, %v", NoCookieVariable, noCookie, err)
-	}
-	if err := cs.Variables[ipOffsetVariable].Get(&ipOff); err != nil || HostArch() == ArchX86_64 && ipOff != 128 {
-		t.Fatalf("%s = %d, %v", ipOffsetVariable, ipOff, err)
-	}
-	if cs.Maps[SpecMapName].MaxEntries != 1000 || cs.Maps[IPMapName].MaxEntries != 50 {
-		t.Fatal("map sizes not applied")
+	if cs.Maps[SpecMapName].MaxEntries != 1000 {
+		t.Fatal("map size not applied")
 	}
 	cs.Maps[SpecMapName].ValueSize = 208
-	if err := ConfigureCollection(cs, CollectionOptions{}); err == nil {
-		t.Fatal("wrong value size accepted")
+	if err := ConfigureCollection(cs, CollectionOptions{}); !errors.Is(err, ErrBadSpecMap) {
+		t.Fatalf("wrong value size: %v, want ErrBadSpecMap", err)
 	}
 	delete(cs.Maps, SpecMapName)
-	if err := ConfigureCollection(cs, CollectionOptions{}); err == nil {
-		t.Fatal("missing map accepted")
+	if err := ConfigureCollection(cs, CollectionOptions{}); !errors.Is(err, ErrBadSpecMap) {
+		t.Fatalf("missing map: %v, want ErrBadSpecMap", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"slices"
 	"strings"
 
@@ -79,11 +80,15 @@ type Site struct {
 // Open reads the USDT notes of the ELF file at path. A file without notes
 // is not an error: its Probes returns ErrNoProbes.
 func Open(path string) (*File, error) {
-	ef, err := elf.Open(path)
+	fd, err := fds.OpenRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("usdt: %w", err)
 	}
-	defer ef.Close()
+	defer fd.Close()
+	ef, err := elf.NewFile(fd)
+	if err != nil {
+		return nil, fmt.Errorf("usdt: %s: %w", path, err)
+	}
 	f, err := newFile(ef, path)
 	if err != nil {
 		return nil, fmt.Errorf("usdt: %s: %w", path, err)

@@ -95,10 +95,6 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	sites, err := multiprobe.Resolve(probes)
-	if err != nil {
-		return err
-	}
 	features, err := kernelprobe.Detect()
 	if err != nil {
 		return err
@@ -119,14 +115,19 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		defer child.abort()
 		opts.PID = child.cmd.Process.Pid
 	}
-	// The pid is known before the load: where the kernel cannot filter by
-	// it, Prepare gives the program the in-BPF filter.
-	c, err := loadCounter(opts, len(sites), *withArgs)
+	// The pid is known before Resolve: the plan decides from it whether
+	// the kernel filters or Prepare gives the program the in-BPF filter.
+	plan, err := multiprobe.Resolve(probes, opts)
+	if err != nil {
+		return err
+	}
+	defer plan.Close()
+	c, err := loadCounter(plan, *withArgs)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	opts.Maps = c.maps
+	sites := plan.Sites()
 	var hitsDone chan struct{}
 	var hitLog []hitRecord
 	if *withArgs {
@@ -159,9 +160,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 
 	start := time.Now()
 	if child != nil {
-		err = child.count(c.prog, sites, opts, stderr, *duration)
+		err = child.count(plan, c.prog, stderr, *duration)
 	} else {
-		err = countWhile(c.prog, sites, opts, *duration, stderr)
+		err = countWhile(plan, c.prog, *duration, stderr)
 	}
 	if c.stopHits != nil {
 		c.stopHits()
@@ -246,8 +247,8 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 }
 
 // countWhile attaches and counts for duration, or until SIGINT or SIGTERM.
-func countWhile(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Options, duration time.Duration, stderr io.Writer) error {
-	l, err := multiprobe.AttachSites(prog, sites, opts)
+func countWhile(plan *multiprobe.Plan, prog *ebpf.Program, duration time.Duration, stderr io.Writer) error {
+	l, err := plan.Attach(prog)
 	if err != nil {
 		return err
 	}
@@ -259,7 +260,7 @@ func countWhile(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Op
 		ctx, cancel = context.WithTimeout(ctx, duration)
 		defer cancel()
 	} else {
-		fmt.Fprintf(stderr, "counting %d sites; Ctrl-C to stop\n", len(sites))
+		fmt.Fprintf(stderr, "counting %d sites; Ctrl-C to stop\n", plan.Len())
 	}
 	<-ctx.Done()
 	return nil
@@ -307,8 +308,8 @@ func (c *stoppedCommand) abort() {
 
 // count attaches, resumes the command and waits for it to exit (or for
 // duration).
-func (c *stoppedCommand) count(prog *ebpf.Program, sites []multiprobe.Site, opts *multiprobe.Options, stderr io.Writer, duration time.Duration) error {
-	l, err := multiprobe.AttachSites(prog, sites, opts)
+func (c *stoppedCommand) count(plan *multiprobe.Plan, prog *ebpf.Program, stderr io.Writer, duration time.Duration) error {
+	l, err := plan.Attach(prog)
 	if err != nil {
 		return err
 	}
@@ -343,12 +344,11 @@ func (c *stoppedCommand) count(prog *ebpf.Program, sites []multiprobe.Site, opts
 type counter struct {
 	prog                  *ebpf.Program
 	counts, hits, dropped *ebpf.Map
-	maps                  map[string]*ebpf.Map // for multiprobe.Options.Maps
 	close                 func() error
 	stopHits              func()
 }
 
-func loadCounter(opts *multiprobe.Options, sites int, withArgs bool) (*counter, error) {
+func loadCounter(plan *multiprobe.Plan, withArgs bool) (*counter, error) {
 	load := loadCount
 	if withArgs {
 		load = loadCountArgs
@@ -357,10 +357,10 @@ func loadCounter(opts *multiprobe.Options, sites int, withArgs bool) (*counter, 
 	if err != nil {
 		return nil, err
 	}
-	if err := multiprobe.Prepare(spec, opts); err != nil {
+	if err := plan.Prepare(spec); err != nil {
 		return nil, err
 	}
-	spec.Maps["counts"].MaxEntries = uint32(max(sites, 1))
+	spec.Maps["counts"].MaxEntries = uint32(max(plan.Len(), 1))
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		if errors.Is(err, unix.EPERM) {
@@ -368,7 +368,7 @@ func loadCounter(opts *multiprobe.Options, sites int, withArgs bool) (*counter, 
 		}
 		return nil, fmt.Errorf("loading the counter: %w", err)
 	}
-	c := &counter{counts: coll.Maps["counts"], maps: coll.Maps, close: func() error { coll.Close(); return nil }}
+	c := &counter{counts: coll.Maps["counts"], close: func() error { coll.Close(); return nil }}
 	if withArgs {
 		c.prog, c.hits, c.dropped = coll.Programs["count_args"], coll.Maps["hits"], coll.Maps["dropped"]
 	} else {

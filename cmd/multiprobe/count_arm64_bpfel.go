@@ -16,10 +16,10 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	countMapCounts     = "counts"
-	countMapMpCookies  = "mp_cookies"
-	countProgCountCall = "count_call"
-	countVarMpNoCookie = "mp_no_cookie"
+	countMapCounts        = "counts"
+	countProgCountCall    = "count_call"
+	countVarMpCookieFixed = "mp_cookie_fixed"
+	countVarMpCookieValue = "mp_cookie_value"
 )
 
 // loadCount returns the embedded CollectionSpec for count.
@@ -71,15 +71,15 @@ type countProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type countMapSpecs struct {
-	Counts    *ebpf.MapSpec `ebpf:"counts"`
-	MpCookies *ebpf.MapSpec `ebpf:"mp_cookies"`
+	Counts *ebpf.MapSpec `ebpf:"counts"`
 }
 
 // countVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type countVariableSpecs struct {
-	MpNoCookie *ebpf.VariableSpec `ebpf:"mp_no_cookie"`
+	MpCookieFixed *ebpf.VariableSpec `ebpf:"mp_cookie_fixed"`
+	MpCookieValue *ebpf.VariableSpec `ebpf:"mp_cookie_value"`
 }
 
 // countObjects contains all objects after they have been loaded into the kernel.
@@ -102,14 +102,12 @@ func (o *countObjects) Close() error {
 //
 // It can be passed to loadCountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countMaps struct {
-	Counts    *ebpf.Map `ebpf:"counts"`
-	MpCookies *ebpf.Map `ebpf:"mp_cookies"`
+	Counts *ebpf.Map `ebpf:"counts"`
 }
 
 func (m *countMaps) Close() error {
 	return _CountClose(
 		m.Counts,
-		m.MpCookies,
 	)
 }
 
@@ -117,7 +115,8 @@ func (m *countMaps) Close() error {
 //
 // It can be passed to loadCountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countVariables struct {
-	MpNoCookie *ebpf.Variable `ebpf:"mp_no_cookie"`
+	MpCookieFixed *ebpf.Variable `ebpf:"mp_cookie_fixed"`
+	MpCookieValue *ebpf.Variable `ebpf:"mp_cookie_value"`
 }
 
 // countPrograms contains all programs after they have been loaded into the kernel.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {

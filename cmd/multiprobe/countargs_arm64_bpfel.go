@@ -25,22 +25,21 @@ type countArgsMpUsdtSpec struct {
 		IsSigned   uint8
 		ScaleShift uint8
 	}
-	ArgCnt   uint32
-	Reserved uint32
+	ArgCnt uint32
+	Refs   uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	countArgsMapCounts         = "counts"
-	countArgsMapDropped        = "dropped"
-	countArgsMapHits           = "hits"
-	countArgsMapMpUsdtIps      = "mp_usdt_ips"
-	countArgsMapMpUsdtSpecs    = "mp_usdt_specs"
-	countArgsProgCountArgs     = "count_args"
-	countArgsVarMpUsdtIpOff    = "mp_usdt_ip_off"
-	countArgsVarMpUsdtNoCookie = "mp_usdt_no_cookie"
+	countArgsMapCounts        = "counts"
+	countArgsMapDropped       = "dropped"
+	countArgsMapHits          = "hits"
+	countArgsMapMpUsdtSpecs   = "mp_usdt_specs"
+	countArgsProgCountArgs    = "count_args"
+	countArgsVarMpCookieFixed = "mp_cookie_fixed"
+	countArgsVarMpCookieValue = "mp_cookie_value"
 )
 
 // loadCountArgs returns the embedded CollectionSpec for countArgs.
@@ -95,7 +94,6 @@ type countArgsMapSpecs struct {
 	Counts      *ebpf.MapSpec `ebpf:"counts"`
 	Dropped     *ebpf.MapSpec `ebpf:"dropped"`
 	Hits        *ebpf.MapSpec `ebpf:"hits"`
-	MpUsdtIps   *ebpf.MapSpec `ebpf:"mp_usdt_ips"`
 	MpUsdtSpecs *ebpf.MapSpec `ebpf:"mp_usdt_specs"`
 }
 
@@ -103,8 +101,8 @@ type countArgsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type countArgsVariableSpecs struct {
-	MpUsdtIpOff    *ebpf.VariableSpec `ebpf:"mp_usdt_ip_off"`
-	MpUsdtNoCookie *ebpf.VariableSpec `ebpf:"mp_usdt_no_cookie"`
+	MpCookieFixed *ebpf.VariableSpec `ebpf:"mp_cookie_fixed"`
+	MpCookieValue *ebpf.VariableSpec `ebpf:"mp_cookie_value"`
 }
 
 // countArgsObjects contains all objects after they have been loaded into the kernel.
@@ -130,7 +128,6 @@ type countArgsMaps struct {
 	Counts      *ebpf.Map `ebpf:"counts"`
 	Dropped     *ebpf.Map `ebpf:"dropped"`
 	Hits        *ebpf.Map `ebpf:"hits"`
-	MpUsdtIps   *ebpf.Map `ebpf:"mp_usdt_ips"`
 	MpUsdtSpecs *ebpf.Map `ebpf:"mp_usdt_specs"`
 }
 
@@ -139,7 +136,6 @@ func (m *countArgsMaps) Close() error {
 		m.Counts,
 		m.Dropped,
 		m.Hits,
-		m.MpUsdtIps,
 		m.MpUsdtSpecs,
 	)
 }
@@ -148,8 +144,8 @@ func (m *countArgsMaps) Close() error {
 //
 // It can be passed to loadCountArgsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countArgsVariables struct {
-	MpUsdtIpOff    *ebpf.Variable `ebpf:"mp_usdt_ip_off"`
-	MpUsdtNoCookie *ebpf.Variable `ebpf:"mp_usdt_no_cookie"`
+	MpCookieFixed *ebpf.Variable `ebpf:"mp_cookie_fixed"`
+	MpCookieValue *ebpf.Variable `ebpf:"mp_cookie_value"`
 }
 
 // countArgsPrograms contains all programs after they have been loaded into the kernel.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"io"
 	"maps"
 	"math"
@@ -54,9 +55,14 @@ func runLoad(args []string, stdout, stderr io.Writer) error {
 	}
 	path := pos[0]
 
-	spec, err := ebpf.LoadCollectionSpec(path)
+	obj, err := fds.OpenRegular(path)
 	if err != nil {
 		return fmt.Errorf("read BPF object: %w", err)
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(obj)
+	obj.Close()
+	if err != nil {
+		return fmt.Errorf("read BPF object %s: %w", path, err)
 	}
 	for _, note := range loadMapDefaults(spec) {
 		fmt.Fprintf(stderr, "multiprobe load: %s\n", note)

@@ -6,7 +6,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#include "../../bpf/cookie.bpf.h"
+#include "../../bpf/mp_cookie.bpf.h"
 
 #define MAX_SITES 4096
 

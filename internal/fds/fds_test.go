@@ -1,6 +1,10 @@
 package fds
 
 import (
+	"errors"
+	"io/fs"
+
+	"golang.org/x/sys/unix"
 	"os"
 	"testing"
 )
@@ -22,5 +26,31 @@ func TestCount(t *testing.T) {
 	}
 	if during != before+1 || after != before {
 		t.Errorf("counts %d, %d with one more open, %d after closing it", before, during, after)
+	}
+}
+
+func TestOpenRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := dir + "/fifo"
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path string
+		want error
+	}{
+		{"/proc/self/exe", nil},
+		{fifo, ErrNotRegular}, // must not block
+		{"/dev/null", ErrNotRegular},
+		{dir, ErrNotRegular},
+		{dir + "/missing", fs.ErrNotExist},
+	} {
+		f, err := OpenRegular(tc.path)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("OpenRegular(%s): %v, want %v", tc.path, err, tc.want)
+		}
+		if f != nil {
+			f.Close()
+		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/multiprobe/multiprobe/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 )
 
 func main() {

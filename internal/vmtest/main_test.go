@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
-	"github.com/multiprobe/multiprobe/testprogs"
 )
 
 func TestParseSizes(t *testing.T) {

@@ -2,8 +2,8 @@
 // BPF side of the usdt tests: every hit sends the site's cookie, address
 // and every argument (read with mp_usdt_arg) to user space, so the Go test
 // can compare them with what the target passed. Deliberately includes
-// nothing but usdt.bpf.h, which must be self-contained.
-#include "usdt.bpf.h"
+// nothing but mp_usdt.bpf.h, which must be self-contained.
+#include "mp_usdt.bpf.h"
 
 #define SEC(name) __attribute__((section(name), used))
 
@@ -31,7 +31,7 @@ static long (*const rb_output)(void *rb, void *data, unsigned long long size,
 static __attribute__((always_inline)) inline void fill(struct pt_regs *ctx, struct event *e)
 {
 	e->ip = 0;
-	mp__probe_read_kernel(&e->ip, sizeof(e->ip), (char *)ctx + MP__USDT_IP_OFF);
+	mp__probe_read_kernel(&e->ip, sizeof(e->ip), (char *)ctx + 128 /* x86 pt_regs.ip */);
 	e->cookie = mp_usdt_cookie(ctx);
 	e->cnt = mp_usdt_arg_cnt(ctx);
 	for (int i = 0; i < MP_USDT_MAX_ARGS; i++) {

@@ -9,7 +9,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#include "cookie.bpf.h"
+#include "mp_cookie.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

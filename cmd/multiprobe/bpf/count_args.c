@@ -8,7 +8,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#include "usdt.bpf.h"
+#include "mp_usdt.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

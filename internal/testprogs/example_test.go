@@ -3,7 +3,7 @@ package testprogs_test
 import (
 	"fmt"
 
-	"github.com/multiprobe/multiprobe/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 )
 
 // What `target 5` does to function 7 of a generated target.

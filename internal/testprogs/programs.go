@@ -30,11 +30,6 @@ type Counter struct {
 	PIDCounts  *ebpf.Map // uint32 pid -> uint64 calls (hash)
 	OutOfRange *ebpf.Map // uint32 0 -> uint64 events with a cookie >= MaxSites
 
-	// Maps are all the loaded maps by name, for multiprobe.Options.Maps.
-	Maps map[string]*ebpf.Map
-
-	coll *ebpf.Collection // what Assign left: maps no field names
-
 	objs counterObjects
 }
 
@@ -50,7 +45,7 @@ func LoadCounter(p kernelprobe.Path) (*Counter, error) {
 }
 
 // CounterSpec returns the counter object's collection spec, for a caller
-// that prepares it (multiprobe.Prepare) before [NewCounter] loads it.
+// that prepares it (multiprobe's Plan.Prepare) before [NewCounter] loads it.
 func CounterSpec() (*ebpf.CollectionSpec, error) {
 	return loadCounter()
 }
@@ -58,19 +53,10 @@ func CounterSpec() (*ebpf.CollectionSpec, error) {
 // NewCounter loads a spec from [CounterSpec]. The caller must Close the
 // result.
 func NewCounter(spec *ebpf.CollectionSpec) (*Counter, error) {
-	coll, err := ebpf.NewCollection(spec)
-	if err != nil {
-		return nil, fmt.Errorf("testprogs: load counter: %w", err)
-	}
-	// Keep every map by name before Assign takes the named ones: a
-	// prepared spec has maps (the pid filter's) that no field names.
-	maps := make(map[string]*ebpf.Map, len(coll.Maps))
-	for name, m := range coll.Maps {
-		maps[name] = m
-	}
-	c := &Counter{coll: coll, Maps: maps}
-	if err := coll.Assign(&c.objs); err != nil {
-		coll.Close()
+	// LoadAndAssign, as a bpf2go user loads: the maps that multiprobe
+	// adds to a prepared spec (the pid filter's) need no field.
+	c := &Counter{}
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
 		return nil, fmt.Errorf("testprogs: load counter: %w", err)
 	}
 	o := &c.objs
@@ -82,7 +68,6 @@ func NewCounter(spec *ebpf.CollectionSpec) (*Counter, error) {
 
 // Close releases the programs and maps.
 func (c *Counter) Close() error {
-	c.coll.Close()
 	return c.objs.Close()
 }
 

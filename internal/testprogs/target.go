@@ -132,12 +132,18 @@ func BuildTarget(tb testing.TB, n int) string {
 // running at the same time, may run the shared cached binary.
 func PrivateTarget(tb testing.TB, n int) string {
 	tb.Helper()
-	src := BuildTarget(tb, n)
+	return PrivateCopy(tb, BuildTarget(tb, n))
+}
+
+// PrivateCopy copies the executable src into tb.TempDir(), for the same
+// reason as [PrivateTarget].
+func PrivateCopy(tb testing.TB, src string) string {
+	tb.Helper()
 	data, err := os.ReadFile(src)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	dst := filepath.Join(tb.TempDir(), "target")
+	dst := filepath.Join(tb.TempDir(), filepath.Base(src))
 	if err := os.WriteFile(dst, data, 0o755); err != nil {
 		tb.Fatal(err)
 	}

@@ -10,7 +10,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "regs.h"
-#include "cookie.bpf.h"
+#include "mp_cookie.bpf.h"
 
 // Cookies at or above MAX_SITES are counted in out_of_range instead.
 #define MAX_SITES (1 << 18)

@@ -10,8 +10,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
-	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/usdt"
 )
 
 //go:embed c/usdt_target.c
@@ -84,59 +82,34 @@ type USDTCounter struct {
 	CountUSDT *ebpf.Program
 
 	Hits, Argc, Sum0, Sum1 *ebpf.Map
-	// Specs and IPs are the maps of bpf/usdt.bpf.h.
-	Specs, IPs *ebpf.Map
-	// Maps are all the loaded maps by name, for multiprobe.Options.Maps.
-	Maps map[string]*ebpf.Map
+	// Specs is the spec map of bpf/mp_usdt.bpf.h.
+	Specs *ebpf.Map
 
 	objs usdtCounterObjects
-	coll *ebpf.Collection // what Assign left: maps no field names
-}
-
-// LoadUSDTCounter loads the USDT counter for attach path p; noCookie makes
-// it find its specs by address, as on kernels before 5.15.
-func LoadUSDTCounter(p kernelprobe.Path, noCookie bool) (*USDTCounter, error) {
-	spec, err := USDTCounterSpec()
-	if err != nil {
-		return nil, err
-	}
-	kernelprobe.PrepareCollectionSpec(spec, p)
-	if err := usdt.ConfigureCollection(spec, usdt.CollectionOptions{NoCookie: noCookie}); err != nil {
-		return nil, err
-	}
-	return NewUSDTCounter(spec)
 }
 
 // USDTCounterSpec returns the USDT counter's collection spec, for a caller
-// that prepares it (multiprobe.Prepare) before NewUSDTCounter loads it.
+// that prepares it (multiprobe.Plan.Prepare) before NewUSDTCounter loads
+// it.
 func USDTCounterSpec() (*ebpf.CollectionSpec, error) {
 	return loadUsdtCounter()
 }
 
-// NewUSDTCounter loads a spec from USDTCounterSpec.
+// NewUSDTCounter loads a spec from USDTCounterSpec the way a user of
+// bpf2go does: LoadAndAssign into the generated objects struct.
 func NewUSDTCounter(spec *ebpf.CollectionSpec) (*USDTCounter, error) {
-	coll, err := ebpf.NewCollection(spec)
-	if err != nil {
-		return nil, fmt.Errorf("testprogs: load USDT counter: %w", err)
-	}
-	maps := make(map[string]*ebpf.Map, len(coll.Maps))
-	for name, m := range coll.Maps {
-		maps[name] = m
-	}
-	c := &USDTCounter{coll: coll, Maps: maps}
-	if err := coll.Assign(&c.objs); err != nil {
-		coll.Close()
+	c := &USDTCounter{}
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
 		return nil, fmt.Errorf("testprogs: load USDT counter: %w", err)
 	}
 	o := &c.objs
 	c.CountUSDT, c.Hits, c.Argc, c.Sum0, c.Sum1 = o.CountUsdt, o.UsdtHits, o.UsdtArgc, o.UsdtSum0, o.UsdtSum1
-	c.Specs, c.IPs = o.MpUsdtSpecs, o.MpUsdtIps
+	c.Specs = o.MpUsdtSpecs
 	return c, nil
 }
 
 // Close releases the program and maps.
 func (c *USDTCounter) Close() error {
-	c.coll.Close()
 	return c.objs.Close()
 }
 

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * usdt.bpf.h: read USDT probe arguments in a BPF program attached by
+ * mp_usdt.bpf.h: read USDT probe arguments in a BPF program attached by
  * multiprobe (github.com/multiprobe/multiprobe/usdt).
  *
- * The header is self-contained: it includes nothing, declares the BPF
- * helpers it calls under private names and its maps in the BTF-defined
- * form, so it compiles with plain
+ * The header is self-contained apart from mp_cookie.bpf.h, which it
+ * includes and which gives the site's cookie on every kernel: it declares
+ * the BPF helpers it calls under private names and its map in the
+ * BTF-defined form, so it compiles with plain
  *
  *	clang-19 -O2 -g -target bpf -c prog.bpf.c
  *
@@ -13,15 +14,12 @@
  * Include it in one C file of a BPF object.
  *
  * Kernel floor: 5.5 (bpf_probe_read_user/kernel). The helpers are
- * GPL-only, so the program's license must be GPL-compatible. BPF cookies
- * need 5.15; multiprobe sets mp_usdt_no_cookie on older kernels and fills
- * mp_usdt_ips instead.
+ * GPL-only, so the program's license must be GPL-compatible. Before 5.15
+ * (no BPF cookies) mp_cookie.bpf.h's per-site clones carry the cookie.
  *
  * How a handler finds the argument specs: multiprobe gives every site a
  * cookie whose upper 32 bits are a spec id (an index into mp_usdt_specs)
- * and whose lower 32 bits are the user's cookie. Without cookies, the
- * same 64-bit value is looked up in mp_usdt_ips by the probed address,
- * which the instruction pointer holds when a uprobe fires.
+ * and whose lower 32 bits are the user's cookie (mp_usdt_cookie).
  *
  * Usage:
  *
@@ -42,11 +40,10 @@
 #ifndef MP_USDT_BPF_H
 #define MP_USDT_BPF_H
 
+#include "mp_cookie.bpf.h"
+
 #ifndef MP_USDT_MAX_SPECS
 #define MP_USDT_MAX_SPECS 1024
-#endif
-#ifndef MP_USDT_MAX_IPS
-#define MP_USDT_MAX_IPS 4096
 #endif
 
 /* <sys/sdt.h> allows at most 12 arguments. */
@@ -71,7 +68,7 @@ struct mp_usdt_arg {
 struct mp_usdt_spec {
 	struct mp_usdt_arg args[MP_USDT_MAX_ARGS];
 	unsigned int arg_cnt;
-	unsigned int reserved;
+	unsigned int refs; /* holders of this spec id: multiprobe's, BPF ignores it */
 };
 
 /* Spec table, indexed by spec id; multiprobe fills it. */
@@ -81,39 +78,6 @@ struct {
 	unsigned int *key;
 	struct mp_usdt_spec *value;
 } mp_usdt_specs __attribute__((section(".maps"), used));
-
-/* Probed address -> cookie, for kernels without BPF cookies. */
-struct {
-	int (*type)[1 /* BPF_MAP_TYPE_HASH */];
-	int (*max_entries)[MP_USDT_MAX_IPS];
-	unsigned long long *key;
-	unsigned long long *value;
-} mp_usdt_ips __attribute__((section(".maps"), used));
-
-/*
- * Set at load time (usdt.ConfigureCollection). Being const volatile, they
- * live in .rodata, and the verifier prunes the branch not taken: on a
- * kernel without bpf_get_attach_cookie (before 5.15) the call to it is
- * dead code and is removed before helpers are checked.
- */
-const volatile _Bool mp_usdt_no_cookie = 0;
-
-/* The offset of the instruction pointer in struct pt_regs. */
-#if defined(__TARGET_ARCH_x86)
-#define MP__USDT_IP_OFF 128 /* ip */
-#elif defined(__TARGET_ARCH_arm64)
-#define MP__USDT_IP_OFF 256 /* pc */
-#elif defined(__TARGET_ARCH_riscv)
-#define MP__USDT_IP_OFF 0 /* epc */
-#elif defined(__TARGET_ARCH_s390)
-#define MP__USDT_IP_OFF 16 /* psw.addr */
-#elif defined(__TARGET_ARCH_powerpc)
-#define MP__USDT_IP_OFF 256 /* nip */
-#else
-/* Unknown at compile time: multiprobe sets it when it sets no_cookie. */
-#define MP__USDT_IP_OFF -1
-#endif
-const volatile int mp_usdt_ip_off = MP__USDT_IP_OFF;
 
 struct pt_regs;
 
@@ -125,25 +89,13 @@ struct pt_regs;
 static void *(*const mp__map_lookup_elem)(void *map, const void *key) = (void *)1;
 static long (*const mp__probe_read_user)(void *dst, unsigned int size, const void *src) = (void *)112;
 static long (*const mp__probe_read_kernel)(void *dst, unsigned int size, const void *src) = (void *)113;
-static unsigned long long (*const mp__get_attach_cookie)(void *ctx) = (void *)174;
 
 #define MP__USDT_INLINE static inline __attribute__((always_inline))
 
 /* The site's 64-bit cookie: spec id << 32 | user cookie. */
 MP__USDT_INLINE unsigned long long mp__usdt_cookie64(void *ctx)
 {
-	unsigned long long ip = 0, *v;
-	int off = mp_usdt_ip_off;
-
-	if (!mp_usdt_no_cookie)
-		return mp__get_attach_cookie(ctx);
-	if (off < 0 || off > 256)
-		return ~0ULL;
-	/* At a uprobe the kernel has rewound ip to the probed address. */
-	if (mp__probe_read_kernel(&ip, sizeof(ip), (char *)ctx + off))
-		return ~0ULL;
-	v = mp__map_lookup_elem(&mp_usdt_ips, &ip);
-	return v ? *v : ~0ULL;
+	return mp_cookie(ctx);
 }
 
 MP__USDT_INLINE struct mp_usdt_spec *mp__usdt_spec(void *ctx)

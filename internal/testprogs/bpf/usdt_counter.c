@@ -9,7 +9,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#include "usdt.bpf.h"
+#include "mp_usdt.bpf.h"
 
 #define MAX_SITES 4096
 

@@ -2,7 +2,9 @@
  *   mp:tick(i, -3*i)           N times, i = 0..N-1 (long, int)
  *   mp:guarded(i)              N times, only while its semaphore is set
  *   mp:inlined(i)              at 50 inlined call sites, once each per round
- * then prints "done GUARDED" with how many times the guarded probe fired.
+ * then prints "done GUARDED" with how many times the guarded probe fired,
+ * through report(), a function called once after the wait for entry and
+ * return probes.
  * With -wait it prints "ready" and waits for a line on stdin first. */
 #define _SDT_HAS_SEMAPHORES 1
 #include <stdio.h>
@@ -23,6 +25,12 @@ __attribute__((noipa)) void round_inlined(long i)
 {
 #define I5 inlined(i); inlined(i); inlined(i); inlined(i); inlined(i);
 	I5 I5 I5 I5 I5 I5 I5 I5 I5 I5
+}
+
+__attribute__((noipa)) long report(long guarded)
+{
+	printf("done %ld\n", guarded);
+	return guarded;
 }
 
 int main(int argc, char **argv)
@@ -50,6 +58,6 @@ int main(int argc, char **argv)
 		}
 	}
 	round_inlined(n);
-	printf("done %ld\n", guarded);
+	report(guarded);
 	return 0;
 }

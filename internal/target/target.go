@@ -1,0 +1,179 @@
+// Package target holds the sites of one attach call as both attach paths
+// take them: package attach (uprobe_multi links) and package fallback
+// (per-site perf-event uprobes) are peers over this type, so that they
+// accept the same targets, check them the same way and give the same
+// default cookies.
+package target
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+)
+
+var (
+	// ErrInvalidTarget: a Target is malformed (no path or offsets, slices of
+	// different lengths, an offset past the end of the file, an odd
+	// ref-counter offset, a path that is not a regular file).
+	ErrInvalidTarget = errors.New("invalid target")
+	// ErrWrongProgram: the program cannot be attached this way: it is not a
+	// kprobe-type program, or it was loaded for the other attach path (its
+	// expected attach type is not the one the link needs).
+	ErrWrongProgram = errors.New("program not loaded for this attach type")
+	// ErrInvalidOptions: options are inconsistent (Session with Return, a
+	// negative PID).
+	ErrInvalidOptions = errors.New("invalid options")
+)
+
+// Target is one binary and the sites to probe in it.
+type Target struct {
+	// Path of the binary or shared library. Without File, the kernel
+	// resolves it when the link is made, following symbolic links.
+	Path string
+	// File, if not nil, is Path opened by the caller when it resolved the
+	// sites. The kernel is then handed this open file (through
+	// /proc/self/fd), so that a rename or replace of Path in between
+	// cannot change what is probed; Path only names it in messages.
+	File *os.File
+	// Offsets are the sites' file offsets (not virtual addresses).
+	Offsets []uint64
+	// RefCtrOffsets, if not nil, holds one ref-counter (USDT semaphore) file
+	// offset per site, 0 for none. The kernel increments the counter while
+	// the site is probed. Non-zero values must be even.
+	RefCtrOffsets []uint64
+	// Cookies, if not nil, holds one BPF cookie per site. If nil, a site's
+	// cookie is its index among all sites of the call: the sites of
+	// targets[0] get 0 … len-1, those of targets[1] continue from there.
+	Cookies []uint64
+	// Names, if not nil, names every site (a symbol, say) for error
+	// messages. It does not reach the kernel.
+	Names []string
+}
+
+// KernelPath is the path to hand the kernel: File's /proc/self/fd entry,
+// or Path.
+func (t *Target) KernelPath() string {
+	if t.File != nil {
+		return fmt.Sprintf("/proc/self/fd/%d", t.File.Fd())
+	}
+	return t.Path
+}
+
+// Targets is the set of targets of one attach call.
+type Targets []Target
+
+// Sites returns the number of sites over all targets.
+func (ts Targets) Sites() int {
+	n := 0
+	for _, t := range ts {
+		n += len(t.Offsets)
+	}
+	return n
+}
+
+// Cookies returns every site's cookie, in the order of the targets and
+// their offsets.
+func (ts Targets) Cookies() []uint64 {
+	out := make([]uint64, 0, ts.Sites())
+	for _, t := range ts {
+		out = append(out, t.Cookies...)
+	}
+	return out
+}
+
+// Prepare checks targets as every attach path needs them and returns them
+// with the default cookies filled in. The result shares the targets'
+// slices. pkg prefixes the messages ("attach", "fallback").
+func Prepare(pkg string, targets []Target) (Targets, error) {
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("%s: no targets: %w", pkg, ErrInvalidTarget)
+	}
+	out := make([]Target, len(targets))
+	var next uint64 // the default cookie of the next site
+	for i, t := range targets {
+		n := len(t.Offsets)
+		if t.Path == "" {
+			return nil, fmt.Errorf("%s: target %d has no path: %w", pkg, i, ErrInvalidTarget)
+		}
+		if strings.IndexByte(t.Path, 0) >= 0 {
+			return nil, fmt.Errorf("%s: target %d: path %q contains NUL: %w", pkg, i, t.Path, ErrInvalidTarget)
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("%s: %s: no offsets: %w", pkg, t.Path, ErrInvalidTarget)
+		}
+		for _, s := range []struct {
+			name string
+			len  int
+			set  bool
+		}{
+			{"RefCtrOffsets", len(t.RefCtrOffsets), t.RefCtrOffsets != nil},
+			{"Cookies", len(t.Cookies), t.Cookies != nil},
+			{"Names", len(t.Names), t.Names != nil},
+		} {
+			if s.set && s.len != n {
+				return nil, fmt.Errorf("%s: %s: %d %s for %d offsets (want nil or one per offset): %w", pkg, t.Path, s.len, s.name, n, ErrInvalidTarget)
+			}
+		}
+
+		var st os.FileInfo
+		var err error
+		if t.File != nil {
+			st, err = t.File.Stat()
+		} else {
+			st, err = os.Stat(t.Path)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s%w", pkg, Of(i, len(targets)), err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("%s: %s is not a regular file (mode %v): %w", pkg, t.Path, st.Mode(), ErrInvalidTarget)
+		}
+		size := uint64(st.Size())
+		for j, off := range t.Offsets {
+			if off == 0 {
+				// Offset 0 is the ELF header, never code: an undefined
+				// symbol's value taken for an offset.
+				return nil, fmt.Errorf("%s: %s: site %s: offset 0 is the ELF header, not code: %w", pkg, t.Path, SiteName(&t, j), ErrInvalidTarget)
+			}
+			if off >= size {
+				return nil, fmt.Errorf("%s: %s: site %s: offset %#x is past the end of the file (%d bytes); offsets are file offsets, not addresses: %w",
+					pkg, t.Path, SiteName(&t, j), off, size, ErrInvalidTarget)
+			}
+		}
+		for j, rc := range t.RefCtrOffsets {
+			if rc%2 != 0 {
+				return nil, fmt.Errorf("%s: %s: site %s: ref-counter offset %#x is odd (the kernel needs 2-byte alignment): %w",
+					pkg, t.Path, SiteName(&t, j), rc, ErrInvalidTarget)
+			}
+		}
+
+		c := t
+		if c.Cookies == nil {
+			c.Cookies = make([]uint64, n)
+			for j := range c.Cookies {
+				c.Cookies[j] = next + uint64(j)
+			}
+		}
+		next += uint64(n)
+		out[i] = c
+	}
+	return out, nil
+}
+
+// Of names target i of n in messages, if there are several.
+func Of(i, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf("target %d of %d, ", i+1, n)
+}
+
+// SiteName names site j of t in messages: its name if it has one, its
+// index and offset.
+func SiteName(t *Target, j int) string {
+	if j < len(t.Names) && t.Names[j] != "" {
+		return fmt.Sprintf("%s (#%d, offset %#x)", t.Names[j], j, t.Offsets[j])
+	}
+	return fmt.Sprintf("#%d (offset %#x)", j, t.Offsets[j])
+}
