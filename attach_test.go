@@ -448,6 +448,7 @@ func TestErrors(t *testing.T) {
 		{"missing library", "uprobe:libnosuch.so.1:f", nil, elfsym.ErrNotFound, "libnosuch.so.1"},
 		{"not ELF", "uprobe:" + notELF + ":f", nil, elfsym.ErrNotELF, notELF},
 		{"no match", "uprobe:" + target + ":func_0009*", nil, elfsym.ErrNoMatch, "func_0009*"},
+		{"exact name missing", "uprobe:" + target + ":func_00001,no_such_func", nil, elfsym.ErrNoMatch, "no_such_func"},
 		{"no such pid", "uprobe:" + target + ":func_*", &multiprobe.Options{PID: 1 << 22}, unix.ESRCH, "does not exist"},
 		{"fifo", "uprobe:" + fifo + ":f", nil, elfsym.ErrNotRegular, fifo},
 	}

@@ -70,7 +70,8 @@ func Resolve(target string, patterns ...string) ([]Site, error) {
 //
 // An exact name (no glob characters) defined non-weak at two addresses is an
 // *AmbiguousError; a WEAK definition loses to a GLOBAL or LOCAL one. No
-// selected site is a *NoMatchError.
+// selected site, or an exact name that names no function, is a
+// *NoMatchError.
 func (f *File) Resolve(patterns ...string) ([]Site, error) {
 	s, err := f.Select(patterns...)
 	if err != nil {
@@ -1036,6 +1037,13 @@ func (r *resolver) checkExact() (dropped bool, err error) {
 				strong = append(strong, g)
 			}
 		}
+		if len(strong) == 0 && len(weak) == 0 && !r.named(np) {
+			// An exact name is a promise that the function exists:
+			// libbpf's attach by a list of names fails the same way,
+			// rather than attach the others and say nothing.
+			return false, &NoMatchError{Path: r.f.path, Patterns: []string{np.src}, Searched: r.searched,
+				Suggestions: (&resolver{f: r.f, m: &matcher{incl: []namePattern{*np}}}).suggest()}
+		}
 		if len(strong) > 1 {
 			e := &AmbiguousError{Path: r.f.path, Name: np.src}
 			for _, g := range strong {
@@ -1057,6 +1065,24 @@ func (r *resolver) checkExact() (dropped bool, err error) {
 		}
 	}
 	return dropped, nil
+}
+
+// named reports whether some hit bears the exact name np, whichever
+// pattern selected it first (an earlier glob may have).
+func (r *resolver) named(np *namePattern) bool {
+	for g := range r.groups {
+		for _, k := range g {
+			h := r.hit(r.index(k))
+			if h.pattern < 0 {
+				continue
+			}
+			name := []byte(r.str(h.name, h.base))
+			if np.match(name, []byte(r.version(h)), h.def) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // selected reports whether a pattern selected one of the hits of group g.

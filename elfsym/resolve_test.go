@@ -385,6 +385,18 @@ func TestErrors(t *testing.T) {
 	if nm.Searched == 0 || !slices.Contains(nm.Suggestions, "func_alpha") || !strings.Contains(err.Error(), fx.pie) {
 		t.Errorf("no-match error = %v (%+v), want it to name the file, count and suggest func_alpha", err, nm)
 	}
+	// An exact name that names nothing fails even when the other
+	// patterns select sites, and the error names only it.
+	for _, pats := range [][]string{{"func_alpha", "func_alpah"}, {"func_*", "func_alpah"}, {"func_alpah", "func_*"}} {
+		_, err = Resolve(fx.pie, pats...)
+		if !errors.As(err, &nm) || len(nm.Patterns) != 1 || nm.Patterns[0] != "func_alpah" || !slices.Contains(nm.Suggestions, "func_alpha") {
+			t.Errorf("Resolve(%q) = %v, want a no-match error for func_alpah alone, suggesting func_alpha", pats, err)
+		}
+	}
+	// An exact name that a glob before it selected is found.
+	if sites, err := Resolve(fx.pie, "func_*", "func_alpha"); err != nil || len(sites) != 3 {
+		t.Errorf("Resolve(func_*, func_alpha) = %d sites, %v; want 3", len(sites), err)
+	}
 	for _, bad := range [][]string{{"func_["}, {"!func_*"}, {}, {""}, {"f@"}} {
 		if _, err := Resolve(fx.pie, bad...); !errors.Is(err, ErrBadPattern) {
 			t.Errorf("Resolve(%q) = %v, want ErrBadPattern", bad, err)
