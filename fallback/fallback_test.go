@@ -26,6 +26,9 @@ import (
 // and return probes to some, and checks what the BPF programs counted.
 func TestUprobes(t *testing.T) {
 	testutil.RequireBPF(t)
+	// Default cookies tell the sites apart; kernels without them get a
+	// program per site (TestPerSitePrograms).
+	testutil.RequireKernelFeature(t, features(t, nil).Cookies, "BPF cookies")
 	const n, nret, calls = 120, 40, 3
 	path := testprogs.PrivateTarget(t, n)
 	offs, err := testprogs.TargetOffsets(path, n)
@@ -143,7 +146,8 @@ func TestRefCtr(t *testing.T) {
 	}
 	fns := semaFuncs(t, path)
 	sema := symOffset(t, path, "mp_sema")
-	l, err := Uprobes(c.prog, []attach.Target{{Path: path, Offsets: fns, RefCtrOffsets: []uint64{sema, 0, sema}}}, nil)
+	l, err := Uprobes(c.prog, []attach.Target{{Path: path, Offsets: fns, RefCtrOffsets: []uint64{sema, 0, sema}}},
+		c.siteOptions(t, []uint64{0, 1, 2}))
 	if err != nil {
 		t.Fatal(err)
 	}

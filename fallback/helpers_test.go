@@ -115,6 +115,9 @@ func loadCookieCounter(t testing.TB) *cookieCounter {
 		t.Fatal(err)
 	}
 	kernelprobe.PrepareCollectionSpec(spec, kernelprobe.PathPerfEvent)
+	if err := testprogs.FixCookieWithoutKernelCookies(spec); err != nil {
+		t.Fatal(err)
+	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		var ve *ebpf.VerifierError
@@ -141,10 +144,7 @@ func (c *cookieCounter) clones(t testing.TB, cookies []uint64) []*ebpf.Program {
 			t.Fatal(err)
 		}
 		kernelprobe.PrepareCollectionSpec(spec, kernelprobe.PathPerfEvent)
-		if err := spec.Variables["mp_cookie_fixed"].Set(true); err != nil {
-			t.Fatal(err)
-		}
-		if err := spec.Variables["mp_cookie_value"].Set(ck); err != nil {
+		if err := testprogs.FixCookie(spec, ck); err != nil {
 			t.Fatal(err)
 		}
 		var objs struct {
@@ -190,4 +190,16 @@ func features(t testing.TB, edit func(*kernelprobe.Features)) *kernelprobe.Featu
 		edit(&f)
 	}
 	return &f
+}
+
+// siteOptions returns the Options that give the sites of a target these
+// cookies on this kernel: its BPF cookies, or, without them (before Linux
+// 5.15), a clone of count_cookie per site with the cookie built in.
+func (c *cookieCounter) siteOptions(t testing.TB, cookies []uint64) *Options {
+	t.Helper()
+	f := features(t, nil)
+	if f.Cookies {
+		return &Options{Features: f}
+	}
+	return &Options{Features: f, Programs: c.clones(t, cookies)}
 }

@@ -2,6 +2,9 @@ package kernelprobe
 
 import (
 	"errors"
+	"maps"
+	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -72,6 +75,7 @@ func TestDetect(t *testing.T) {
 	if want := PathUprobeMulti; kernelAtLeast(t, 6, 6) && f.Path() != want {
 		t.Errorf("Path() = %v, want %v", f.Path(), want)
 	}
+	checkStatedFeatures(t, f)
 
 	// Cached: the same answer, from many goroutines at once.
 	var wg sync.WaitGroup
@@ -274,4 +278,39 @@ func FuzzParseForce(f *testing.F) {
 			t.Fatalf("ParseForce(%q) changed fields it has no word for: %+v", s, got)
 		}
 	})
+}
+
+// expectFeaturesEnv names the statement of what the kernel under test must
+// have, as the old-kernel runner writes it for each series:
+// "cookies=0 uprobe_multi=0 ...". A guest kernel that silently had more or
+// less would test another path than the run means to.
+const expectFeaturesEnv = "MULTIPROBE_EXPECT_FEATURES"
+
+// checkStatedFeatures fails t for every feature of f that differs from
+// the statement in expectFeaturesEnv, if the run made one.
+func checkStatedFeatures(t *testing.T, f Features) {
+	t.Helper()
+	stated := os.Getenv(expectFeaturesEnv)
+	if stated == "" {
+		return
+	}
+	have := map[string]bool{
+		"uprobe_multi":            f.UprobeMulti,
+		"uprobe_multi_pid_filter": f.UprobeMultiPIDFilter,
+		"uprobe_session":          f.UprobeSession,
+		"cookies":                 f.Cookies,
+		"ref_ctr_offset":          f.RefCtrOffset,
+		"uprobe_pmu":              f.UprobePMU,
+	}
+	for _, kv := range strings.Fields(stated) {
+		name, val, ok := strings.Cut(kv, "=")
+		got, known := have[name]
+		if !ok || !known || (val != "0" && val != "1") {
+			t.Errorf("%s: cannot read %q (want NAME=0 or NAME=1, NAME one of %v)", expectFeaturesEnv, kv, slices.Sorted(maps.Keys(have)))
+			continue
+		}
+		if want := val == "1"; got != want {
+			t.Errorf("kernel %s: %s is %v, but the run states %s (%s)", f.Release, name, got, kv, expectFeaturesEnv)
+		}
+	}
 }

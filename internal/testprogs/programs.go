@@ -41,7 +41,41 @@ func LoadCounter(p kernelprobe.Path) (*Counter, error) {
 		return nil, err
 	}
 	kernelprobe.PrepareCollectionSpec(spec, p)
+	if err := FixCookieWithoutKernelCookies(spec); err != nil {
+		return nil, err
+	}
 	return NewCounter(spec)
+}
+
+// FixCookie sets bpf/mp_cookie.bpf.h's constants in spec so that
+// mp_cookie returns cookie instead of calling bpf_get_attach_cookie: what
+// Plan.Prepare and Plan.Attach do for each per-site clone on a kernel
+// without BPF cookies, for tests that load programs without a plan.
+func FixCookie(spec *ebpf.CollectionSpec, cookie uint64) error {
+	for name, v := range map[string]any{"mp_cookie_fixed": true, "mp_cookie_value": cookie} {
+		vs := spec.Variables[name]
+		if vs == nil {
+			return fmt.Errorf("testprogs: spec has no variable %s: does it include mp_cookie.bpf.h?", name)
+		}
+		if err := vs.Set(v); err != nil {
+			return fmt.Errorf("testprogs: setting %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// FixCookieWithoutKernelCookies fixes the cookie to ~0 (none) on a kernel
+// without BPF cookies (before Linux 5.15), where a program that may call
+// bpf_get_attach_cookie does not load; elsewhere it does nothing.
+func FixCookieWithoutKernelCookies(spec *ebpf.CollectionSpec) error {
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		return err
+	}
+	if f.Cookies {
+		return nil
+	}
+	return FixCookie(spec, ^uint64(0))
 }
 
 // CounterSpec returns the counter object's collection spec, for a caller
