@@ -75,7 +75,10 @@ func (o *openFile) changed() error {
 	if err := unix.Fstat(int(o.f.Fd()), &st); err != nil {
 		return fmt.Errorf("%s: %w", o.path, err)
 	}
-	if st.Size != o.st.Size || st.Mtim != o.st.Mtim || st.Ctim != o.st.Ctim {
+	// Not the ctime: renaming another file over the path (the swap this
+	// open file guards against) unlinks this inode, which sets its ctime
+	// although not a byte changed. A write sets the mtime.
+	if st.Size != o.st.Size || st.Mtim != o.st.Mtim {
 		return fmt.Errorf("%s: size or modification time differ from when it was resolved: %w", o.path, ErrFileChanged)
 	}
 	return nil

@@ -1,0 +1,277 @@
+package multiprobe_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+)
+
+// TestSwapLoop renames two builds of a target over one path while a plan
+// of that path is prepared and attached, 25 times: the probes must land in
+// the build that was resolved (its own calls counted exactly, the other
+// build's never, and neither dies of a breakpoint in the middle of an
+// instruction), and a build changed in place between Resolve and Attach
+// must be refused with ErrFileChanged.
+func TestSwapLoop(t *testing.T) {
+	for _, f := range paths(t)[:1] { // the kernel's own path
+		const runs, calls = 25, 2
+		n := sitesFor(f, 20, 5)
+		// Two builds whose functions sit at other offsets.
+		a, b := testprogs.BuildTarget(t, n), testprogs.BuildTarget(t, 4*n)
+		dir := t.TempDir()
+		path := filepath.Join(dir, "target")
+		spec, err := testprogs.CounterSpec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts := multiprobe.Options{Features: &f}
+		// One prepared spec serves every plan: they share features and
+		// options, and so what Prepare does.
+		first, err := multiprobe.Resolve(mustParse(t, "uprobe:"+a+":func_*"), &opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.Prepare(spec); err != nil {
+			t.Fatal(err)
+		}
+		first.Close()
+		c, err := testprogs.NewCounter(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+
+		for run := range runs {
+			// This run's build of a, linked at path: the file the plan
+			// must probe whatever happens to path.
+			resolved := filepath.Join(dir, "a-run")
+			copyFile(t, a, resolved)
+			install(t, resolved, path)
+			pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+path+":func_*"), &opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Again on the loaded program's spec: without kernel
+			// cookies, Attach clones what this plan's Prepare kept.
+			if err := pl.Prepare(spec); err != nil {
+				t.Fatal(err)
+			}
+			inPlace := run%5 == 4
+			var wg sync.WaitGroup
+			if inPlace {
+				// The resolved inode itself rewritten with the other
+				// build: its offsets no longer name its functions.
+				copyInto(t, b, resolved)
+			} else {
+				wg.Go(func() {
+					for i := range 20 {
+						if err := swap([]string{b, a}[i%2], path); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			before, err := testprogs.ReadArray(c.Counts, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := pl.Attach(c.CountEntry)
+			wg.Wait()
+			pl.Close()
+			if inPlace {
+				if !errors.Is(err, multiprobe.ErrFileChanged) {
+					t.Fatalf("run %d: Attach after an in-place change: %v, want ErrFileChanged", run, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("run %d: %v", run, err)
+			}
+			// The build now at path, whichever it is, and b are other
+			// files: they run unprobed and intact.
+			for _, other := range []string{path, b} {
+				runUnharmed(t, other, calls)
+			}
+			runUnharmed(t, resolved, calls)
+			after, err := testprogs.ReadArray(c.Counts, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for cookie, s := range l.Sites() {
+				i := funcIndex(t, s.Name)
+				if got, want := after[cookie]-before[cookie], uint64(testprogs.ExpectedCalls(i, calls)); got != want {
+					t.Errorf("run %d: %s counted %d calls, want %d (those of the resolved build alone)", run, s.Name, got, want)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// runUnharmed runs a target and fails t if it did not exit 0, naming a
+// SIGILL or SIGTRAP, which a breakpoint at a wrong offset would raise.
+func runUnharmed(t *testing.T, path string, calls int) {
+	t.Helper()
+	err := exec.Command(path, fmt.Sprint(calls)).Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			t.Fatalf("%s died of %v", path, ws.Signal())
+		}
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// copyFile writes a new file at dst (a new inode) with src's contents.
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := dst + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyInto overwrites the file dst in place (the same inode) with src.
+func copyInto(t *testing.T, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// swap renames a fresh copy of build over path.
+func swap(build, path string) error {
+	data, err := os.ReadFile(build)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".swap"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// install makes path name the inode of file, atomically: a hard link
+// renamed over it.
+func install(t *testing.T, file, path string) {
+	t.Helper()
+	tmp := path + ".link"
+	os.Remove(tmp)
+	if err := os.Link(file, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMisuse checks that what a plan needs and a program lacks, or a probe
+// Resolve cannot use, is an error that says so, never a silent zero count
+// or a panic.
+func TestMisuse(t *testing.T) {
+	f := paths(t)[0]
+	target := testprogs.PrivateTarget(t, 5)
+	opts := multiprobe.Options{Features: &f}
+
+	t.Run("probes", func(t *testing.T) {
+		for _, tt := range []struct {
+			name   string
+			probes []multiprobe.Probe
+		}{
+			{"nil", nil},
+			{"unknown kind", []multiprobe.Probe{{Kind: multiprobe.Kind(7), Target: target, Patterns: []string{"func_*"}}}},
+			{"no target", []multiprobe.Probe{{Kind: multiprobe.Entry, Patterns: []string{"func_*"}}}},
+			{"nil patterns", []multiprobe.Probe{{Kind: multiprobe.Entry, Target: target}}},
+			{"empty pattern", []multiprobe.Probe{{Kind: multiprobe.Return, Target: target, Patterns: []string{""}}}},
+			{"only exclusions", []multiprobe.Probe{{Kind: multiprobe.Entry, Target: target, Patterns: []string{"!func_*"}}}},
+			{"usdt without name", []multiprobe.Probe{{Kind: multiprobe.USDT, Target: target, Patterns: []string{"mp"}}}},
+			{"usdt two patterns", []multiprobe.Probe{{Kind: multiprobe.USDT, Target: target, Patterns: []string{"a:b", "c:d"}}}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				pl, err := multiprobe.Resolve(tt.probes, &opts)
+				if err == nil {
+					pl.Close()
+					t.Fatal("resolved")
+				}
+				if !errors.Is(err, multiprobe.ErrBadSpec) {
+					t.Errorf("%v, want ErrBadSpec", err)
+				}
+			})
+		}
+	})
+
+	t.Run("pid filter not prepared", func(t *testing.T) {
+		self := os.Getpid()
+		pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Features: &f, PIDs: []int{self}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pl.Close()
+		// Loaded for the path, but not through this plan's Prepare.
+		c, err := testprogs.LoadCounter(f.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		l, err := pl.Attach(c.CountEntry)
+		if err == nil {
+			l.Close()
+			t.Fatal("attached")
+		}
+		if !errors.Is(err, multiprobe.ErrNoPIDFilter) {
+			t.Errorf("%v, want ErrNoPIDFilter", err)
+		}
+	})
+
+	t.Run("program of another kind", func(t *testing.T) {
+		pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pl.Close()
+		socket, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer socket.Close()
+		for _, prog := range []*ebpf.Program{nil, socket} {
+			l, err := pl.Attach(prog)
+			if err == nil {
+				l.Close()
+				t.Fatal("attached")
+			}
+			if !errors.Is(err, attach.ErrWrongProgram) {
+				t.Errorf("%v: %v, want ErrWrongProgram", prog, err)
+			}
+		}
+	})
+}
