@@ -233,3 +233,64 @@ func benchTarget(b *testing.B, n int) (target string, names []string, probes []m
 	}
 	return target, names, probes
 }
+
+// BenchmarkClones measures what a kernel without BPF cookies (before Linux
+// 5.15) costs at attach: per-site perf-event uprobes with a clone of the
+// program per site, each with its cookie built in, against the same
+// uprobes carrying BPF cookies. On a newer kernel the no-cookie side is
+// forced (Features), which loads and attaches exactly as on 5.10. Detaching
+// a perf-event uprobe costs ~0.1 s here, so use few iterations:
+//
+//	go test -run='^$' -bench=Clones -benchtime=1x -count=5 . | tee /tmp/c.txt; benchstat -col /cookies /tmp/c.txt
+func BenchmarkClones(b *testing.B) {
+	testutil.RequireBPF(b)
+	native, err := kernelprobe.Detect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	perf := native
+	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
+	noCookies := perf
+	noCookies.Cookies = false
+	for _, n := range []int{100, 1000} {
+		_, _, probes := benchTarget(b, n)
+		for _, f := range []kernelprobe.Features{perf, noCookies} {
+			if f.Cookies && !native.Cookies {
+				continue
+			}
+			b.Run(fmt.Sprintf("sites=%d/cookies=%v", n, f.Cookies), func(b *testing.B) {
+				pl, err := multiprobe.Resolve(probes, &multiprobe.Options{Features: &f})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer pl.Close()
+				spec, err := testprogs.CounterSpec()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := pl.Prepare(spec); err != nil {
+					b.Fatal(err)
+				}
+				c, err := testprogs.NewCounter(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				var attach time.Duration
+				clones := 0
+				for b.Loop() {
+					t0 := time.Now()
+					l, err := pl.Attach(c.CountEntry)
+					if err != nil {
+						b.Fatal(err)
+					}
+					attach += time.Since(t0)
+					clones = l.Clones()
+					l.Close()
+				}
+				b.ReportMetric(float64(attach.Microseconds())/1000/float64(b.N), "attach-ms")
+				b.ReportMetric(float64(clones), "clones")
+			})
+		}
+	}
+}

@@ -251,6 +251,24 @@ func TestMisuse(t *testing.T) {
 		}
 	})
 
+	t.Run("too many clones", func(t *testing.T) {
+		noCookies := f
+		noCookies.UprobeMulti, noCookies.UprobeMultiPIDFilter, noCookies.UprobeSession, noCookies.Cookies = false, false, false, false
+		big := testprogs.BuildTarget(t, 10_000)
+		pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+big+":func_*"), &multiprobe.Options{Features: &noCookies})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pl.Close()
+		spec, err := testprogs.CounterSpec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pl.Prepare(spec); !errors.Is(err, multiprobe.ErrTooManyClones) {
+			t.Errorf("Prepare for 10,000 sites without cookies: %v, want ErrTooManyClones", err)
+		}
+	})
+
 	t.Run("program of another kind", func(t *testing.T) {
 		pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &opts)
 		if err != nil {

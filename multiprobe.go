@@ -251,6 +251,11 @@ func (l *Link) Path() kernelprobe.Path { return l.path }
 // none on the perf-event path.
 func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
 
+// Clones returns how many clones of the program the link loaded: one per
+// site on a kernel without BPF cookies (before Linux 5.15), for a program
+// that reads its cookie with mp_cookie; none elsewhere.
+func (l *Link) Clones() int { return len(l.clones) }
+
 // FDs returns how many file descriptors the attached sites hold: one per
 // binary and kind on the uprobe_multi path, one or two per site (and a
 // program per site without BPF cookies) on the perf-event path.

@@ -26,7 +26,19 @@ var (
 	// mp_cookie but whose spec did not go through this plan's Prepare, so
 	// it cannot be cloned per site.
 	ErrNotPrepared = errors.New("program's spec did not go through this plan's Prepare")
+	// ErrTooManyClones is returned by Plan.Prepare on a kernel without BPF
+	// cookies (before Linux 5.15) for a plan with more than MaxClones
+	// sites and a program that reads its cookie with mp_cookie: each site
+	// would need a clone of the program, loaded and verified on its own.
+	ErrTooManyClones = errors.New("too many sites to clone the program for each")
 )
+
+// MaxClones bounds the per-site clones of one program that a plan may need
+// on a kernel without BPF cookies. A small program loads in ~0.2 ms, but
+// every clone is verified again, and a large one takes the verifier tens of
+// milliseconds: past this many sites the attach would load for minutes, and
+// the per-site perf events alone take ~0.1 s each to detach.
+const MaxClones = 4096
 
 // Names of what bpf/mp_cookie.bpf.h declares.
 const (
@@ -88,6 +100,11 @@ func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 		p := cs.Programs[name]
 		if !references(p, cookieSection) {
 			continue
+		}
+		if pl.n > MaxClones {
+			return fmt.Errorf("multiprobe: program %s reads its cookie with mp_cookie, and kernel %s has no BPF cookies (Linux 5.15+), "+
+				"so each of the plan's %d sites would need a clone of it, more than MaxClones (%d): %w; probe fewer sites, or use a kernel with BPF cookies",
+				name, pl.features.Release, pl.n, MaxClones, ErrTooManyClones)
 		}
 		pl.prepared = slices.DeleteFunc(pl.prepared, func(ps *preparedSpec) bool { return ps.prog.Name == p.Name })
 		pl.prepared = append(pl.prepared, &preparedSpec{

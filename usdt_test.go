@@ -143,6 +143,9 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 		t.Fatal(err)
 	}
 	checkPath(t, l, f)
+	if want := map[bool]int{true: 0, false: pl.Len()}[f.Cookies]; l.Clones() != want {
+		t.Errorf("%d clones of the program, want %d (one per site without BPF cookies)", l.Clones(), want)
+	}
 	for i, p := range procs {
 		got := p.run(t)
 		want := fmt.Sprintf("done %d", n)
