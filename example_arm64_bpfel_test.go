@@ -17,7 +17,6 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	exampleMapCounts        = "counts"
-	exampleMapMpPids        = "mp_pids"
 	exampleProgCountCalls   = "count_calls"
 	exampleVarMpCookieFixed = "mp_cookie_fixed"
 	exampleVarMpCookieValue = "mp_cookie_value"
@@ -73,7 +72,6 @@ type exampleProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type exampleMapSpecs struct {
 	Counts *ebpf.MapSpec `ebpf:"counts"`
-	MpPids *ebpf.MapSpec `ebpf:"mp_pids"`
 }
 
 // exampleVariableSpecs contains global variables before they are loaded into the kernel.
@@ -105,13 +103,11 @@ func (o *exampleObjects) Close() error {
 // It can be passed to loadExampleObjects or ebpf.CollectionSpec.LoadAndAssign.
 type exampleMaps struct {
 	Counts *ebpf.Map `ebpf:"counts"`
-	MpPids *ebpf.Map `ebpf:"mp_pids"`
 }
 
 func (m *exampleMaps) Close() error {
 	return _ExampleClose(
 		m.Counts,
-		m.MpPids,
 	)
 }
 

@@ -108,20 +108,40 @@ func (pl *Plan) checkSession() error {
 	return nil
 }
 
-// A Link is a program attached to the sites of a plan.
+// A Link is a program attached to the sites of a plan. It owns what it
+// loaded and wrote for them, and Close undoes exactly that, nothing another
+// Link holds:
+//
+//   - Pid filters are per link. Where the kernel cannot filter by pid (the
+//     perf-event path, uprobe_multi before Linux 6.10, a set of pids), the
+//     link attaches its own copy of the program, the filter prologue of
+//     package pidfilter prepended and bound to maps of its own. Two links,
+//     of one program or of two programs of one object, never see each
+//     other's pids, and a link without pids attaches the program as it was
+//     loaded. The copy costs one more load (verification) per link; the
+//     filter costs each run one array read, which the verifier inlines,
+//     while it admits every process (SetPIDs()), and one helper call and
+//     hash lookup otherwise.
+//   - USDT argument specs are reference-counted in the program's spec
+//     table (mp_usdt_specs): the link holds an id per distinct spec of its
+//     sites, shares equal specs with the table's other links, and releases
+//     its ids on Close.
+//   - On a kernel without BPF cookies (before Linux 5.15), a copy of the
+//     program per site carries the site's cookie (see Clones).
 type Link struct {
 	plan    *Plan
 	path    kernelprobe.Path
 	links   []*attach.Link   // uprobe_multi path
 	perSite []*fallback.Link // perf-event path
-	clones  []*ebpf.Program  // per-site programs, without BPF cookies
-	specIDs *usdt.SpecIDs    // the USDT sites' argument spec ids
+	clones  []*ebpf.Program  // the copies of the program the link loaded
+	// filtered is the copy with the link's pid filter, for every site,
+	// where the kernel has BPF cookies.
+	filtered *ebpf.Program
+	specIDs  *usdt.SpecIDs // the USDT sites' argument spec ids
 
 	mu     sync.Mutex
-	filter *pidfilter.Filter // the program's in-BPF pid filter, if it has one
+	filter *pidfilter.Filter // the link's own in-BPF pid filter, if it has one
 	pids   []int             // what l holds in filter
-	// kernelPID is the pid the kernel filters the links by, 0 for none.
-	kernelPID int
 }
 
 // Attach attaches prog to every site of the plan, all or nothing: on error,
@@ -129,18 +149,16 @@ type Link struct {
 // spec that went through this plan's Prepare (or another plan's with the
 // same features). Each site's cookie is its index in Plan.Sites.
 //
-// Attach finds the maps it fills in the loaded program itself: the pid
-// filter's (mp_pids) and the USDT argument specs (mp_usdt_specs). A program
-// that has the pid filter gets this link's pids added to it (every process
-// when the plan has none); a plan that needs the filter and a program
-// without it is an error wrapping ErrNoPIDFilter. Reading a program's maps
-// needs CAP_SYS_ADMIN.
+// Attach finds the maps of the loaded program itself, by their IDs: a copy
+// of the program (see Link) shares them, and the USDT argument specs go
+// into its mp_usdt_specs. Reading a program's maps needs CAP_SYS_ADMIN. A
+// plan that needs a copy and a program whose spec its Prepare did not keep
+// is an error wrapping ErrNotPrepared (and ErrNoPIDFilter for a pid
+// filter).
 //
 // On kernels with uprobe_multi (Linux 6.6+) each binary gets one link per
 // kind of probe; on older ones, or when Features say so, every site gets
-// its own perf-event uprobe (package fallback), with the same cookies. On
-// kernels without BPF cookies (before 5.15) a program that includes
-// bpf/mp_cookie.bpf.h is cloned per site with the site's cookie built in.
+// its own perf-event uprobe (package fallback), with the same cookies.
 func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 	if prog == nil {
 		return nil, fmt.Errorf("multiprobe: nil program: %w", attach.ErrWrongProgram)
@@ -162,9 +180,14 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 	}
 	defer maps.close()
 
-	kernelPID, err := l.filterBy(prog, maps)
-	if err != nil {
-		return nil, err
+	if pids := pl.inBPFPIDs(); pids != nil {
+		if l.filter, err = pidfilter.NewFilter(uint32(max(len(pids), pidfilter.DefaultMaxPIDs))); err != nil {
+			return nil, fmt.Errorf("multiprobe: %w", err)
+		}
+		if err := l.filter.Acquire(pids...); err != nil {
+			return nil, fmt.Errorf("multiprobe: %w", err)
+		}
+		l.pids = pids
 	}
 	usdtCookie, err := l.acquireSpecs(maps)
 	if err != nil {
@@ -181,11 +204,15 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 		if len(targets) == 0 {
 			continue
 		}
+		single, perSite, err := l.programsFor(prog, maps, targets)
+		if err != nil {
+			return nil, err
+		}
 		if l.path == kernelprobe.PathUprobeMulti {
-			al, err := attach.UprobeMulti(prog, targets, &attach.Options{
+			al, err := attach.UprobeMulti(single, targets, &attach.Options{
 				Return:   kind == Return,
 				Session:  pl.opts.Session,
-				PID:      kernelPID,
+				PID:      pl.kernelPID(),
 				Features: &pl.features,
 			})
 			if err != nil {
@@ -195,13 +222,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 			continue
 		}
 		pl.name(targets)
-		fo := &fallback.Options{Return: kind == Return, Features: &pl.features}
-		if !pl.features.Cookies {
-			if fo.Programs, err = l.clone(prog, maps, targets); err != nil {
-				return nil, err
-			}
-		}
-		fl, err := fallback.Uprobes(prog, targets, fo)
+		fl, err := fallback.Uprobes(single, targets, &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite})
 		if err != nil {
 			return nil, err
 		}
@@ -251,9 +272,10 @@ func (l *Link) Path() kernelprobe.Path { return l.path }
 // none on the perf-event path.
 func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
 
-// Clones returns how many clones of the program the link loaded: one per
-// site on a kernel without BPF cookies (before Linux 5.15), for a program
-// that reads its cookie with mp_cookie; none elsewhere.
+// Clones returns how many copies of the program the link loaded and holds:
+// one per site on a kernel without BPF cookies (before Linux 5.15), for a
+// program that reads its cookie with mp_cookie; otherwise one where the
+// link filters by pid in BPF, none where it does not.
 func (l *Link) Clones() int { return len(l.clones) }
 
 // FDs returns how many file descriptors the attached sites hold: one per
@@ -285,7 +307,7 @@ func (l *Link) Close() error {
 	for _, p := range l.clones {
 		errs = append(errs, p.Close())
 	}
-	l.clones = nil
+	l.clones, l.filtered = nil, nil
 	if l.specIDs != nil {
 		errs = append(errs, l.specIDs.Release())
 		l.specIDs = nil
@@ -293,10 +315,7 @@ func (l *Link) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.filter != nil {
-		if len(l.pids) > 0 {
-			errs = append(errs, l.filter.Release(l.pids...))
-		}
-		errs = append(errs, l.filter.Map().Close())
+		errs = append(errs, l.filter.Close())
 		l.filter, l.pids = nil, nil
 	}
 	return errors.Join(errs...)

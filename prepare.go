@@ -17,14 +17,15 @@ import (
 )
 
 var (
-	// ErrNoPIDFilter is returned by Plan.Attach and Link.SetPIDs when the
-	// plan filters by pid inside BPF and the program has no filter: its
-	// spec did not go through Prepare of a plan that filters so.
-	ErrNoPIDFilter = errors.New("program has no in-BPF pid filter (map " + pidfilter.MapName + "): load it from a spec prepared by Plan.Prepare of a plan with Options.PIDs")
-	// ErrNotPrepared is returned by Plan.Attach on a kernel without BPF
-	// cookies (before Linux 5.15) for a program that reads its cookie with
-	// mp_cookie but whose spec did not go through this plan's Prepare, so
-	// it cannot be cloned per site.
+	// ErrNoPIDFilter is returned by Link.SetPIDs for a link without an
+	// in-BPF pid filter (its plan had no Options.PIDs), and by Plan.Attach,
+	// with ErrNotPrepared, when the plan filters by pid inside BPF and the
+	// program's spec did not go through its Prepare.
+	ErrNoPIDFilter = errors.New("no in-BPF pid filter: give the plan Options.PIDs, and load the program from a spec that went through its Prepare")
+	// ErrNotPrepared is returned by Plan.Attach when the link needs a copy
+	// of the program (its own pid filter, or per-site cookies on a kernel
+	// without BPF cookies) and the program's spec did not go through this
+	// plan's Prepare, which keeps what the copy is made from.
 	ErrNotPrepared = errors.New("program's spec did not go through this plan's Prepare")
 	// ErrTooManyClones is returned by Plan.Prepare on a kernel without BPF
 	// cookies (before Linux 5.15) for a plan with more than MaxClones
@@ -54,15 +55,20 @@ const (
 //     (kernelprobe.PrepareCollectionSpec): uprobe_multi on Linux 6.6+,
 //     none for per-site perf-event uprobes;
 //   - where the plan filters by pid and the kernel cannot (the perf-event
-//     path, uprobe_multi before the 6.10 fix, or a set of pids), every
-//     uprobe program gets the in-BPF filter prologue (package pidfilter);
+//     path, uprobe_multi before the 6.10 fix, or a set of pids), the plan
+//     keeps a copy of every uprobe program, from which Attach loads each
+//     Link's own filtered copy (see Link);
 //   - on kernels without BPF cookies (before 5.15), programs that include
 //     bpf/mp_cookie.bpf.h are set to take their cookie from a constant,
 //     and the plan keeps a copy of them so that Attach can clone them per
 //     site.
 //
-// Then load cs as usual: ebpf.NewCollection, a bpf2go LoadAndAssign, or
-// package load. Prepare may be called again on a prepared spec.
+// The program as the user loads it stays as written: a Link that filters
+// nothing attaches it unchanged, at no cost per run. Then load cs as
+// usual: ebpf.NewCollection, a bpf2go LoadAndAssign, or package load.
+// Change no program's instructions after Prepare (maps and constants may
+// change: the copies use the loaded program's maps). Prepare may be called
+// again on a prepared spec.
 func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 	if cs == nil {
 		return fmt.Errorf("multiprobe: Prepare: nil CollectionSpec")
@@ -75,46 +81,52 @@ func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 		}
 	}
 	slices.Sort(progs)
-	if pl.inBPFPIDs() != nil && len(progs) > 0 {
-		if err := pidfilter.Inject(cs, progs...); err != nil {
-			return fmt.Errorf("multiprobe: injecting the pid filter: %w", err)
-		}
-	}
-	if pl.features.Cookies {
-		return nil
-	}
-	sec := cs.Maps[cookieSection]
-	fixed, value := cs.Variables[cookieFixedVar], cs.Variables[cookieValueVar]
-	if sec == nil || fixed == nil || value == nil {
-		return nil // the programs do not read cookies
-	}
-	if err := fixed.Set(true); err != nil {
-		return fmt.Errorf("multiprobe: setting %s: %w", cookieFixedVar, err)
-	}
-	if value.Size() != 8 || fixed.Size() != 1 || uint64(value.Offset)+8 > uint64(sec.ValueSize) {
-		return fmt.Errorf("multiprobe: %s has an unexpected layout: object built with another bpf/mp_cookie.bpf.h", cookieSection)
+	sec, fixed, value, err := pl.fixCookies(cs)
+	if err != nil {
+		return err
 	}
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
 	for _, name := range progs {
 		p := cs.Programs[name]
-		if !references(p, cookieSection) {
-			continue
+		ps := &preparedSpec{prog: p.Copy()}
+		if sec != nil && references(p, cookieSection) {
+			if pl.n > MaxClones {
+				return fmt.Errorf("multiprobe: program %s reads its cookie with mp_cookie, and kernel %s has no BPF cookies (Linux 5.15+), "+
+					"so each of the plan's %d sites would need a clone of it, more than MaxClones (%d): %w; probe fewer sites, or use a kernel with BPF cookies",
+					name, pl.features.Release, pl.n, MaxClones, ErrTooManyClones)
+			}
+			ps.section, ps.fixed, ps.value = sec.Copy(), fixed, value
+		} else if pl.inBPFPIDs() == nil {
+			continue // attached as it is loaded
 		}
-		if pl.n > MaxClones {
-			return fmt.Errorf("multiprobe: program %s reads its cookie with mp_cookie, and kernel %s has no BPF cookies (Linux 5.15+), "+
-				"so each of the plan's %d sites would need a clone of it, more than MaxClones (%d): %w; probe fewer sites, or use a kernel with BPF cookies",
-				name, pl.features.Release, pl.n, MaxClones, ErrTooManyClones)
-		}
-		pl.prepared = slices.DeleteFunc(pl.prepared, func(ps *preparedSpec) bool { return ps.prog.Name == p.Name })
-		pl.prepared = append(pl.prepared, &preparedSpec{
-			prog:    p.Copy(),
-			section: sec.Copy(),
-			fixed:   fixed.Offset,
-			value:   value.Offset,
-		})
+		pl.prepared = slices.DeleteFunc(pl.prepared, func(old *preparedSpec) bool { return old.prog.Name == p.Name })
+		pl.prepared = append(pl.prepared, ps)
 	}
 	return nil
+}
+
+// fixCookies sets mp_cookie_fixed on a kernel without BPF cookies, so
+// that the programs load there (the verifier drops the
+// bpf_get_attach_cookie call as dead code), and returns the section and
+// the offsets of its two constants; nil where the kernel has cookies or
+// cs does not include bpf/mp_cookie.bpf.h.
+func (pl *Plan) fixCookies(cs *ebpf.CollectionSpec) (sec *ebpf.MapSpec, fixedOff, valueOff uint32, err error) {
+	if pl.features.Cookies {
+		return nil, 0, 0, nil
+	}
+	sec = cs.Maps[cookieSection]
+	fixed, value := cs.Variables[cookieFixedVar], cs.Variables[cookieValueVar]
+	if sec == nil || fixed == nil || value == nil {
+		return nil, 0, 0, nil // the programs do not read cookies
+	}
+	if value.Size() != 8 || fixed.Size() != 1 || uint64(value.Offset)+8 > uint64(sec.ValueSize) {
+		return nil, 0, 0, fmt.Errorf("multiprobe: %s has an unexpected layout: object built with another bpf/mp_cookie.bpf.h", cookieSection)
+	}
+	if err := fixed.Set(true); err != nil {
+		return nil, 0, 0, fmt.Errorf("multiprobe: setting %s: %w", cookieFixedVar, err)
+	}
+	return sec, fixed.Offset, value.Offset, nil
 }
 
 // isUprobeSpec reports whether p is a uprobe program, whichever path it
@@ -161,9 +173,19 @@ func (pl *Plan) inBPFPIDs() []int {
 	return pids
 }
 
-// needsMaps reports whether Attach cannot do without the program's maps.
+// needsMaps reports whether Attach cannot do without the program's maps:
+// a copy of the program shares them, and USDT specs go into one.
 func (pl *Plan) needsMaps() bool {
 	return pl.inBPFPIDs() != nil || pl.usdt || !pl.features.Cookies
+}
+
+// kernelPID is the pid the kernel's own filter takes, 0 for none: Options.PID
+// alone, on uprobe_multi with the 6.10 fix.
+func (pl *Plan) kernelPID() int {
+	if pl.inBPFPIDs() == nil {
+		return pl.opts.PID
+	}
+	return 0
 }
 
 // progMaps are a loaded program's maps, by their kernel names.
@@ -240,56 +262,20 @@ func kernelName(name string) string {
 	return name
 }
 
-// filterBy puts the link's pids into the program's pid filter, if it has
-// one, and returns the pid for the kernel's own filter.
-func (l *Link) filterBy(prog *ebpf.Program, maps progMaps) (kernelPID int, err error) {
-	pl := l.plan
-	inBPF := pl.inBPFPIDs()
-	m := maps.get(pidfilter.MapName)
-	if m == nil {
-		if inBPF != nil {
-			return 0, fmt.Errorf("multiprobe: program %v: %w", prog, ErrNoPIDFilter)
-		}
-		return pl.opts.PID, nil
-	}
-	own, err := m.Clone()
-	if err != nil {
-		return 0, fmt.Errorf("multiprobe: %s: %w", pidfilter.MapName, err)
-	}
-	f, err := pidfilter.New(own)
-	if err != nil {
-		own.Close()
-		return 0, err
-	}
-	hold := pl.allPIDs()
-	if len(hold) == 0 {
-		hold = []int{pidfilter.AllPIDs}
-	}
-	if err := f.Acquire(hold...); err != nil {
-		own.Close()
-		return 0, err
-	}
-	l.filter, l.pids = f, hold
-	if inBPF != nil {
-		return 0, nil
-	}
-	l.kernelPID = pl.opts.PID
-	return pl.opts.PID, nil
-}
-
-// SetPIDs replaces the processes whose calls the attached program sees,
-// while it stays attached; with no pids, every process. It needs the
-// in-BPF filter: the program's spec must have gone through Prepare of a
-// plan with Options.PIDs. Links that share the program's filter see the
-// union of their pids; SetPIDs changes only what this link holds.
+// SetPIDs replaces the processes whose calls the link's program sees,
+// while it stays attached; with no pids, every process, which costs the
+// program no pid lookup. It needs the link's own in-BPF filter, which
+// Attach gives a link of a plan with Options.PIDs (or Options.PID where
+// the kernel cannot filter). Other links, of this program or another, are
+// not affected.
 func (l *Link) SetPIDs(pids ...int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.filter == nil {
+		if k := l.plan.kernelPID(); k != 0 {
+			return fmt.Errorf("multiprobe: SetPIDs: the kernel filters this link by pid %d (Options.PID alone on Linux 6.10+); use Options.PIDs for a set that can change", k)
+		}
 		return fmt.Errorf("multiprobe: SetPIDs: %w", ErrNoPIDFilter)
-	}
-	if l.kernelPID != 0 {
-		return fmt.Errorf("multiprobe: SetPIDs: the kernel filters this link by pid %d (Options.PID alone on Linux 6.10+); use Options.PIDs for a set that can change", l.kernelPID)
 	}
 	for _, pid := range pids {
 		if err := checkPID(pid); err != nil {
@@ -310,6 +296,17 @@ func (l *Link) SetPIDs(pids ...int) error {
 	}
 	l.pids = pids
 	return nil
+}
+
+// PIDs returns the processes the link's in-BPF filter admits, sorted; nil
+// for every process, or when the link has no in-BPF filter.
+func (l *Link) PIDs() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.pids) == 1 && l.pids[0] == pidfilter.AllPIDs {
+		return nil
+	}
+	return slices.Clone(l.pids)
 }
 
 // acquireSpecs gives the plan's USDT sites argument spec ids in the
@@ -347,73 +344,104 @@ func (l *Link) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, e
 	return func(i int, c uint64) uint64 { return usdt.PackCookie(idList[i], uint32(c)) }, nil
 }
 
-// clone returns one program per site of targets, each prog's spec with the
-// site's kernel cookie built in, for kernels without BPF cookies (before
-// Linux 5.15): how tracers told sites apart before cookies existed, and
-// exact for entry, return and USDT probes alike. They share every map of
-// prog. A program that does not read cookies (no bpf/mp_cookie.bpf.h) is
-// attached as it is: nil.
-func (l *Link) clone(prog *ebpf.Program, maps progMaps, targets []target.Target) ([]*ebpf.Program, error) {
+// programsFor returns what Attach attaches to the sites of targets: prog
+// itself, or copies of it that the link owns and closes. A copy is loaded
+// where the link filters by pid in BPF (the filter prepended, bound to the
+// link's own maps, so that no other link's pids reach it) and, on a kernel
+// without BPF cookies (before Linux 5.15), for each site of a program that
+// reads mp_cookie, with the site's cookie as a frozen constant: how tracers
+// told sites apart before cookies existed, exact for entry, return and
+// USDT probes alike. The copies share every other map of prog. single is
+// the program for every site, or nil when perSite holds one per site.
+func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.Target) (single *ebpf.Program, perSite []*ebpf.Program, err error) {
 	pl := l.plan
 	ps, err := pl.preparedFor(prog)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ps == nil {
-		if maps.get(cookieSection) != nil {
-			return nil, fmt.Errorf("multiprobe: program %v reads its cookie with mp_cookie, and kernel %s has no BPF cookies: %w; prepare its spec with the plan's Prepare",
+		switch {
+		case l.filter != nil:
+			return nil, nil, fmt.Errorf("multiprobe: program %v: the plan filters by pid inside BPF, and the program's spec did not go through its Prepare: %w (%w)",
+				prog, ErrNoPIDFilter, ErrNotPrepared)
+		case !pl.features.Cookies && maps.get(cookieSection) != nil:
+			return nil, nil, fmt.Errorf("multiprobe: program %v reads its cookie with mp_cookie, and kernel %s has no BPF cookies: %w; prepare its spec with the plan's Prepare",
 				prog, pl.features.Release, ErrNotPrepared)
 		}
-		return nil, nil
+		return prog, nil, nil
+	}
+	cookies := ps.section != nil
+	if l.filter == nil && !cookies {
+		return prog, nil, nil
+	}
+	if !cookies && l.filtered != nil {
+		return l.filtered, nil, nil // entry and return sites share it
 	}
 	shared := map[string]*ebpf.Map{}
 	for _, ins := range ps.prog.Instructions {
 		ref := ins.Reference()
-		if !ins.IsLoadFromMap() || ref == "" || ref == cookieSection || shared[ref] != nil {
+		if !ins.IsLoadFromMap() || ref == "" || (cookies && ref == cookieSection) || shared[ref] != nil {
 			continue
 		}
 		m := maps.get(ref)
 		if m == nil {
-			return nil, fmt.Errorf("multiprobe: program %v: cannot find its map %s among the loaded program's maps (names must differ in their first 15 bytes)", prog, ref)
+			return nil, nil, fmt.Errorf("multiprobe: program %v: cannot find its map %s among the loaded program's maps (names must differ in their first 15 bytes)", prog, ref)
 		}
 		shared[ref] = m
 	}
-	cookies := target.Targets(targets).Cookies()
-	specs := make([]*ebpf.ProgramSpec, len(cookies))
+	base := ps.prog.Copy()
+	if l.filter != nil {
+		if err := pidfilter.InjectProgram(base); err != nil {
+			return nil, nil, fmt.Errorf("multiprobe: program %v: %w", prog, err)
+		}
+		shared[pidfilter.MapName], shared[pidfilter.AllMapName] = l.filter.Map(), l.filter.AllMap()
+	}
+	specs := []*ebpf.ProgramSpec{base}
 	var consts []*ebpf.Map
 	defer func() {
 		for _, m := range consts {
 			m.Close()
 		}
 	}()
-	for i, c := range cookies {
-		m, err := ps.cookieMap(c)
-		if err != nil {
-			return nil, err
-		}
-		consts = append(consts, m)
-		spec := ps.prog.Copy()
-		spec.Name = fmt.Sprintf("%.8s_%d", ps.prog.Name, len(l.clones)+i)
-		for j := range spec.Instructions {
-			ins := &spec.Instructions[j]
-			if ins.IsLoadFromMap() && ins.Reference() == cookieSection {
-				if err := ins.AssociateMap(m); err != nil {
-					return nil, err
+	if cookies {
+		specs = specs[:0]
+		for i, c := range target.Targets(targets).Cookies() {
+			m, err := ps.cookieMap(c)
+			if err != nil {
+				return nil, nil, err
+			}
+			consts = append(consts, m)
+			spec := base.Copy()
+			spec.Name = fmt.Sprintf("%.8s_%d", ps.prog.Name, len(l.clones)+i)
+			for j := range spec.Instructions {
+				ins := &spec.Instructions[j]
+				if ins.IsLoadFromMap() && ins.Reference() == cookieSection {
+					if err := ins.AssociateMap(m); err != nil {
+						return nil, nil, err
+					}
 				}
 			}
+			specs = append(specs, spec)
 		}
-		specs[i] = spec
 	}
 	loaded, _, err := load.Programs(specs, shared, nil)
 	if err != nil {
-		return nil, fmt.Errorf("multiprobe: loading a clone of %v per site (kernel %s has no BPF cookies): %w", prog, pl.features.Release, err)
+		what := "a copy of " + prog.String() + " with the link's pid filter"
+		if cookies {
+			what = fmt.Sprintf("a copy of %v per site (kernel %s has no BPF cookies)", prog, pl.features.Release)
+		}
+		return nil, nil, fmt.Errorf("multiprobe: loading %s: %w", what, err)
 	}
 	progs := make([]*ebpf.Program, len(specs))
 	for i, spec := range specs {
 		progs[i] = loaded[spec.Name]
 	}
 	l.clones = append(l.clones, progs...)
-	return progs, nil
+	if !cookies {
+		l.filtered = progs[0]
+		return progs[0], nil, nil
+	}
+	return nil, progs, nil
 }
 
 // preparedFor finds the spec that Prepare kept for prog: by name, and by

@@ -143,8 +143,15 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 		t.Fatal(err)
 	}
 	checkPath(t, l, f)
-	if want := map[bool]int{true: 0, false: pl.Len()}[f.Cookies]; l.Clones() != want {
-		t.Errorf("%d clones of the program, want %d (one per site without BPF cookies)", l.Clones(), want)
+	wantClones := 0 // the program as loaded
+	switch {
+	case !f.Cookies:
+		wantClones = pl.Len() // one per site, each with its cookie
+	case mode == "pids" || (mode == "pid" && !(f.Path() == kernelprobe.PathUprobeMulti && f.UprobeMultiPIDFilter)):
+		wantClones = 1 // the link's own filtered copy
+	}
+	if l.Clones() != wantClones {
+		t.Errorf("%d copies of the program, want %d", l.Clones(), wantClones)
 	}
 	for i, p := range procs {
 		got := p.run(t)

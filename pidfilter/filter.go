@@ -9,23 +9,25 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// AllPIDs is the key that lets every process through: while anyone holds
-// it, the filter passes all events, whatever other pids are in the set.
+// AllPIDs stands for every process: while anyone holds it, the filter
+// passes all events, whatever other pids are in the set. It is counted in
+// the AllMapName map, not in the pid set.
 const AllPIDs = 0
 
-// Filter is the pid set of a loaded program with an injected filter.
-// Every pid in the map has a reference count as its value: several
-// holders (for example several attachments of one program) may hold the
-// same pid, and a pid leaves the set when its last holder releases it.
-// Changes take effect for the next event, while the program stays
-// attached.
+// Filter is the pid set of a loaded program with an injected filter: its
+// MapName and AllMapName maps. Every pid in the set has a reference count
+// as its value: several holders (for example several attachments of one
+// program) may hold the same pid, and a pid leaves the set when its last
+// holder releases it. [AllPIDs] is counted in the AllMapName map. Changes
+// take effect for the next event, while the program stays attached.
 //
 // A Filter is safe for concurrent use, and so are Filters of one map
 // opened separately in one process: they serialise on the map's kernel
 // id. Processes that share a pinned map must not change it at once.
 type Filter struct {
-	m  *ebpf.Map
-	mu *sync.Mutex // shared by every Filter of this map in the process
+	m, all *ebpf.Map
+	mu     *sync.Mutex // shared by every Filter of this map in the process
+	owned  bool        // NewFilter made the maps: Close closes them
 }
 
 // ErrNotHeld is returned by Release for a pid that nobody holds.
@@ -51,33 +53,77 @@ func lockFor(m *ebpf.Map) (*sync.Mutex, error) {
 	return mu.(*sync.Mutex), nil
 }
 
-// New wraps the loaded pid set map m (the collection's map named MapName).
-// The Filter does not own m: closing the collection closes it.
-func New(m *ebpf.Map) (*Filter, error) {
-	if m == nil {
-		return nil, fmt.Errorf("pidfilter: nil map: %w", ErrBadMap)
+// New wraps the loaded maps of a filter: pids (named MapName) and all
+// (named AllMapName). The Filter does not own them: closing the
+// collection closes them.
+func New(pids, all *ebpf.Map) (*Filter, error) {
+	for _, c := range []struct {
+		m    *ebpf.Map
+		want *ebpf.MapSpec
+	}{{pids, MapSpec(0)}, {all, AllMapSpec()}} {
+		if c.m == nil {
+			return nil, fmt.Errorf("pidfilter: no %s map: %w", c.want.Name, ErrBadMap)
+		}
+		got := &ebpf.MapSpec{Type: c.m.Type(), KeySize: c.m.KeySize(), ValueSize: c.m.ValueSize(), MaxEntries: c.m.MaxEntries()}
+		if !fitsSpec(got, c.want) {
+			return nil, fmt.Errorf("pidfilter: map %v for %s is %v with key/value size %d/%d: %w", c.m, c.want.Name, got.Type, got.KeySize, got.ValueSize, ErrBadMap)
+		}
 	}
-	if !fits(m.Type(), m.KeySize(), m.ValueSize()) {
-		return nil, fmt.Errorf("pidfilter: map %v is %v with key/value size %d/%d: %w", m, m.Type(), m.KeySize(), m.ValueSize(), ErrBadMap)
-	}
-	mu, err := lockFor(m)
+	mu, err := lockFor(pids)
 	if err != nil {
 		return nil, err
 	}
-	return &Filter{m: m, mu: mu}, nil
+	return &Filter{m: pids, all: all, mu: mu}, nil
+}
+
+// NewFilter makes a filter's two maps, with room for maxPIDs pids, and
+// returns the Filter that owns them: point a program's filter at them with
+// AssociateMap (see InjectProgram), and Close the Filter when done. The
+// set starts empty.
+func NewFilter(maxPIDs uint32) (*Filter, error) {
+	pids, err := ebpf.NewMap(MapSpec(maxPIDs))
+	if err != nil {
+		return nil, fmt.Errorf("pidfilter: creating %s: %w", MapName, err)
+	}
+	all, err := ebpf.NewMap(AllMapSpec())
+	if err != nil {
+		pids.Close()
+		return nil, fmt.Errorf("pidfilter: creating %s: %w", AllMapName, err)
+	}
+	f, err := New(pids, all)
+	if err != nil {
+		pids.Close()
+		all.Close()
+		return nil, err
+	}
+	f.owned = true
+	return f, nil
+}
+
+// Close closes the maps if NewFilter made them; it does nothing for a
+// Filter from New or FromCollection.
+func (f *Filter) Close() error {
+	if !f.owned {
+		return nil
+	}
+	f.owned = false
+	return errors.Join(f.m.Close(), f.all.Close())
 }
 
 // FromCollection returns the Filter of a collection loaded from a spec
 // prepared by Inject.
 func FromCollection(c *ebpf.Collection) (*Filter, error) {
-	if c == nil || c.Maps[MapName] == nil {
-		return nil, fmt.Errorf("pidfilter: collection has no map %s (prepare its spec with Inject): %w", MapName, ErrBadMap)
+	if c == nil || c.Maps[MapName] == nil || c.Maps[AllMapName] == nil {
+		return nil, fmt.Errorf("pidfilter: collection has no maps %s and %s (prepare its spec with Inject): %w", MapName, AllMapName, ErrBadMap)
 	}
-	return New(c.Maps[MapName])
+	return New(c.Maps[MapName], c.Maps[AllMapName])
 }
 
-// Map returns the underlying BPF map.
+// Map returns the pid set map (MapName).
 func (f *Filter) Map() *ebpf.Map { return f.m }
+
+// AllMap returns the every-process map (AllMapName).
+func (f *Filter) AllMap() *ebpf.Map { return f.all }
 
 // Acquire takes one reference on each of pids (AllPIDs included), adding
 // the ones not yet in the set. It is all or nothing: on error, for
@@ -171,6 +217,16 @@ func (f *Filter) adjust(pid int, delta int) error {
 	if err != nil {
 		return err
 	}
+	if pid == AllPIDs {
+		next := int64(n) + int64(delta)
+		if next < 0 {
+			return fmt.Errorf("pidfilter: releasing every process from %v: %w", f.all, ErrNotHeld)
+		}
+		if err := f.all.Update(uint32(0), uint32(next), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("pidfilter: setting %v: %w", f.all, err)
+		}
+		return nil
+	}
 	switch next := int64(n) + int64(delta); {
 	case next < 0:
 		return fmt.Errorf("pidfilter: releasing pid %d from %v: %w", pid, f.m, ErrNotHeld)
@@ -201,6 +257,12 @@ func (f *Filter) Count(pid int) (int, error) {
 
 func (f *Filter) count(pid int) (uint32, error) {
 	var n uint32
+	if pid == AllPIDs {
+		if err := f.all.Lookup(uint32(0), &n); err != nil {
+			return 0, fmt.Errorf("pidfilter: reading %v: %w", f.all, err)
+		}
+		return n, nil
+	}
 	err := f.m.Lookup(uint32(pid), &n)
 	switch {
 	case errors.Is(err, ebpf.ErrKeyNotExist):
@@ -227,6 +289,11 @@ func (f *Filter) PIDs() ([]int, error) {
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("pidfilter: reading %v: %w", f.m, err)
+	}
+	if n, err := f.count(AllPIDs); err != nil {
+		return nil, err
+	} else if n > 0 {
+		out = append(out, AllPIDs)
 	}
 	slices.Sort(out)
 	return out, nil

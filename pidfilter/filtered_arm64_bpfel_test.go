@@ -17,6 +17,8 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	filteredMapJump           = "jump"
+	filteredMapMpPids         = "mp_pids"
+	filteredMapMpPidsAll      = "mp_pids_all"
 	filteredMapPidCounts      = "pid_counts"
 	filteredMapStages         = "stages"
 	filteredMapTidCounts      = "tid_counts"
@@ -75,6 +77,8 @@ type filteredProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type filteredMapSpecs struct {
 	Jump      *ebpf.MapSpec `ebpf:"jump"`
+	MpPids    *ebpf.MapSpec `ebpf:"mp_pids"`
+	MpPidsAll *ebpf.MapSpec `ebpf:"mp_pids_all"`
 	PidCounts *ebpf.MapSpec `ebpf:"pid_counts"`
 	Stages    *ebpf.MapSpec `ebpf:"stages"`
 	TidCounts *ebpf.MapSpec `ebpf:"tid_counts"`
@@ -107,6 +111,8 @@ func (o *filteredObjects) Close() error {
 // It can be passed to loadFilteredObjects or ebpf.CollectionSpec.LoadAndAssign.
 type filteredMaps struct {
 	Jump      *ebpf.Map `ebpf:"jump"`
+	MpPids    *ebpf.Map `ebpf:"mp_pids"`
+	MpPidsAll *ebpf.Map `ebpf:"mp_pids_all"`
 	PidCounts *ebpf.Map `ebpf:"pid_counts"`
 	Stages    *ebpf.Map `ebpf:"stages"`
 	TidCounts *ebpf.Map `ebpf:"tid_counts"`
@@ -115,6 +121,8 @@ type filteredMaps struct {
 func (m *filteredMaps) Close() error {
 	return _FilteredClose(
 		m.Jump,
+		m.MpPids,
+		m.MpPidsAll,
 		m.PidCounts,
 		m.Stages,
 		m.TidCounts,

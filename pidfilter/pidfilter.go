@@ -11,10 +11,16 @@ import (
 )
 
 // MapName is the name of the pid set map: a BPF hash from a process id (the
-// tgid, u32) to its reference count (u32, see [Filter]). The key
-// [AllPIDs] (0) lets every process through. bpf/mp_pids.bpf.h declares it
-// for programs that want it in their generated objects.
+// tgid, u32) to its reference count (u32, see [Filter]).
+// bpf/mp_pids.bpf.h declares it, and AllMapName's map, for programs that
+// want them in their generated objects.
 const MapName = "mp_pids"
+
+// AllMapName is the name of the map that lets every process through: a
+// BPF array of one u32, the number of holders of [AllPIDs]. The prologue
+// reads it first; an array lookup is inlined by the verifier, so a filter
+// that admits every process costs no helper call and no hash lookup.
+const AllMapName = "mp_pids_all"
 
 // DefaultMaxPIDs is the capacity of the pid set map that Inject adds. Change
 // cs.Maps[MapName].MaxEntries after Inject for another one.
@@ -24,9 +30,9 @@ var (
 	// ErrNoProgram: Inject was asked for a program the spec does not have,
 	// or one that cannot take the filter.
 	ErrNoProgram = errors.New("no such program to filter")
-	// ErrBadMap: the spec or the collection already has a map named MapName,
-	// but not the hash of u32 pid to u32 count the filter needs.
-	ErrBadMap = errors.New("map " + MapName + " is not a hash of u32 pid to u32 count")
+	// ErrBadMap: the spec or the collection already has a map named MapName
+	// or AllMapName, but not of the type and sizes the filter needs.
+	ErrBadMap = errors.New("map " + MapName + " is not a hash of u32 pid to u32 count, or " + AllMapName + " not an array of one u32")
 )
 
 // MapSpec returns the spec of the pid set map with room for maxPIDs pids.
@@ -40,29 +46,51 @@ func MapSpec(maxPIDs uint32) *ebpf.MapSpec {
 	}
 }
 
-// prologueLen is the number of instructions Inject prepends.
-const prologueLen = 17
+// AllMapSpec returns the spec of the every-process map.
+func AllMapSpec() *ebpf.MapSpec {
+	return &ebpf.MapSpec{
+		Name:       AllMapName,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  4,
+		MaxEntries: 1,
+	}
+}
 
-// stackSlot is where the prologue stores the lookup key. It is below the
+// prologueLen is the number of instructions Inject prepends.
+const prologueLen = 19
+
+// stackSlot is where the prologue stores the lookup keys. It is below the
 // frame pointer like every stack slot; the program overwrites it freely
 // afterwards.
 const stackSlot = -4
 
-// prologue returns the instructions that end the program with 0 unless the
-// current process, or AllPIDs, is in the map, and otherwise leave r1 = ctx
-// as the program expects it. The process's own pid is looked up first:
-// a filtered program pays one lookup for the processes it wants, and the
-// second lookup only for the others. r6 is callee-saved, so it survives
-// the helper calls; the program's own code starts with only r1 and r10
-// defined, so using r6 here takes nothing from it.
+// prologue returns the instructions that end the program with 0 unless
+// every process is let through (AllMapName) or the current process is in
+// the set (MapName), and otherwise leave r1 = ctx as the program expects
+// it. r6 is callee-saved, so it survives the helper calls; the program's
+// own code starts with only r1 and r10 defined, so using r6 here takes
+// nothing from it.
 func prologue() asm.Instructions {
-	// Jump offsets count 8-byte slots; the map load takes two.
+	// Jump offsets count 8-byte slots; a map load takes two. The layout,
+	// by slot: 0-6 the AllMapName lookup, 7 its nil check, 8-9 the flag,
+	// 10-18 the pid lookup, 19-20 "r0 = 0; exit", 21 the program.
+	noAll := asm.JEq.Imm(asm.R0, 0, "")
+	noAll.Offset = 11 // to "r0 = 0; exit"
+	all := asm.JNE.Imm(asm.R1, 0, "")
+	all.Offset = 11 // to the program
 	found := asm.JNE.Imm(asm.R0, 0, "")
-	found.Offset = 9 // over the AllPIDs lookup and "r0 = 0; exit"
-	all := asm.JNE.Imm(asm.R0, 0, "")
-	all.Offset = 2 // over "r0 = 0; exit"
+	found.Offset = 2 // over "r0 = 0; exit"
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.StoreImm(asm.RFP, stackSlot, 0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, stackSlot),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(AllMapName),
+		asm.FnMapLookupElem.Call(),
+		noAll,
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		all,
 		asm.FnGetCurrentPidTgid.Call(),
 		asm.RSh.Imm(asm.R0, 32), // the tgid: what user space calls the pid
 		asm.StoreMem(asm.RFP, stackSlot, asm.R0, asm.Word),
@@ -71,12 +99,6 @@ func prologue() asm.Instructions {
 		asm.LoadMapPtr(asm.R1, 0).WithReference(MapName),
 		asm.FnMapLookupElem.Call(),
 		found,
-		asm.StoreImm(asm.RFP, stackSlot, AllPIDs, asm.Word),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackSlot),
-		asm.LoadMapPtr(asm.R1, 0).WithReference(MapName),
-		asm.FnMapLookupElem.Call(),
-		all,
 		asm.Mov.Imm(asm.R0, 0),
 		asm.Return(),
 		// then: r1 = r6, the first instruction of the program proper
@@ -85,8 +107,8 @@ func prologue() asm.Instructions {
 
 // Inject prepends a pid filter to the named programs of cs, or to every
 // kprobe-type program (uprobes included) if no name is given, and adds the
-// pid set map (MapName, DefaultMaxPIDs entries) to cs unless it already has
-// a fitting one. A filtered program returns 0 at once for every process
+// pid set map (MapName, DefaultMaxPIDs entries) and the every-process map
+// (AllMapName) to cs unless it already has fitting ones. A filtered program returns 0 at once for every process
 // whose pid (tgid) is not in the set, and otherwise runs unchanged: the
 // context register is restored and the program's BTF function and line
 // information move with its entry point, so bpf-to-bpf calls, global
@@ -100,9 +122,9 @@ func Inject(cs *ebpf.CollectionSpec, programs ...string) error {
 	if cs == nil {
 		return fmt.Errorf("pidfilter: nil collection spec: %w", ErrNoProgram)
 	}
-	if m, ok := cs.Maps[MapName]; ok {
-		if !fits(m.Type, m.KeySize, m.ValueSize) {
-			return fmt.Errorf("pidfilter: collection's map %s is %v with key/value size %d/%d: %w", MapName, m.Type, m.KeySize, m.ValueSize, ErrBadMap)
+	for _, want := range []*ebpf.MapSpec{MapSpec(0), AllMapSpec()} {
+		if m, ok := cs.Maps[want.Name]; ok && !fitsSpec(m, want) {
+			return fmt.Errorf("pidfilter: collection's map %s is %v with key/value size %d/%d: %w", want.Name, m.Type, m.KeySize, m.ValueSize, ErrBadMap)
 		}
 	}
 	var specs []*ebpf.ProgramSpec
@@ -131,13 +153,17 @@ func Inject(cs *ebpf.CollectionSpec, programs ...string) error {
 	if _, ok := cs.Maps[MapName]; !ok {
 		cs.Maps[MapName] = MapSpec(DefaultMaxPIDs)
 	}
+	if _, ok := cs.Maps[AllMapName]; !ok {
+		cs.Maps[AllMapName] = AllMapSpec()
+	}
 	return nil
 }
 
 // InjectProgram prepends the pid filter to one program spec. The filter
-// refers to its map by the name MapName: load the program as part of a
-// collection that has that map (see MapSpec), or point it at a loaded map
-// with p.Instructions.AssociateMap(MapName, m) before ebpf.NewProgram.
+// refers to its maps by the names MapName and AllMapName: load the program
+// as part of a collection that has them (see MapSpec and AllMapSpec), or
+// point it at loaded maps (those of a [Filter] from [NewFilter]) with
+// p.Instructions.AssociateMap before ebpf.NewProgram.
 func InjectProgram(p *ebpf.ProgramSpec) error {
 	if p == nil || len(p.Instructions) == 0 {
 		return fmt.Errorf("pidfilter: empty program: %w", ErrNoProgram)
@@ -192,8 +218,12 @@ func injected(insns asm.Instructions) bool {
 	return true
 }
 
-func fits(t ebpf.MapType, key, value uint32) bool {
-	return (t == ebpf.Hash || t == ebpf.LRUHash) && key == 4 && value == 4
+// fitsSpec reports whether m can serve as the map want describes.
+func fitsSpec(m, want *ebpf.MapSpec) bool {
+	if want.Type == ebpf.Array {
+		return m.Type == ebpf.Array && m.KeySize == 4 && m.ValueSize == 4 && m.MaxEntries >= 1
+	}
+	return (m.Type == ebpf.Hash || m.Type == ebpf.LRUHash) && m.KeySize == 4 && m.ValueSize == 4
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -44,7 +44,7 @@ func TestInject(t *testing.T) {
 		t.Fatal(err)
 	}
 	insns := cs.Programs["prog"].Instructions
-	const pro = 18 // prologue and "r1 = r6"
+	const pro = 20 // prologue and "r1 = r6"
 	if len(insns) != len(orig)+pro {
 		t.Fatalf("%d instructions after Inject, want %d:\n%v", len(insns), len(orig)+pro, insns)
 	}
@@ -66,6 +66,9 @@ func TestInject(t *testing.T) {
 	if m := cs.Maps[pidfilter.MapName]; m == nil || m.MaxEntries != pidfilter.DefaultMaxPIDs {
 		t.Errorf("map %s = %+v", pidfilter.MapName, m)
 	}
+	if m := cs.Maps[pidfilter.AllMapName]; m == nil || m.Type != ebpf.Array || m.MaxEntries != 1 {
+		t.Errorf("map %s = %+v", pidfilter.AllMapName, m)
+	}
 	if sock := cs.Programs["sock"]; len(sock.Instructions) != 2 {
 		t.Error("Inject without names changed a socket filter")
 	}
@@ -82,6 +85,8 @@ func TestInject(t *testing.T) {
 func TestInjectErrors(t *testing.T) {
 	bad := spec()
 	bad.Maps[pidfilter.MapName] = &ebpf.MapSpec{Name: pidfilter.MapName, Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1}
+	badAll := spec()
+	badAll.Maps[pidfilter.AllMapName] = &ebpf.MapSpec{Name: pidfilter.AllMapName, Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1}
 	for _, tc := range []struct {
 		name  string
 		cs    *ebpf.CollectionSpec
@@ -92,6 +97,7 @@ func TestInjectErrors(t *testing.T) {
 		{"unknown program", spec(), []string{"nope"}, pidfilter.ErrNoProgram},
 		{"socket filter", spec(), []string{"sock"}, pidfilter.ErrNoProgram},
 		{"bad map", bad, nil, pidfilter.ErrBadMap},
+		{"bad all map", badAll, nil, pidfilter.ErrBadMap},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := pidfilter.Inject(tc.cs, tc.progs...); !errors.Is(err, tc.want) {
@@ -105,16 +111,12 @@ func TestInjectErrors(t *testing.T) {
 // and reads it back after each step.
 func TestFilterRefcounts(t *testing.T) {
 	testutil.RequireBPF(t)
-	m, err := ebpf.NewMap(pidfilter.MapSpec(5))
+	f, err := pidfilter.NewFilter(5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
-	f, err := pidfilter.New(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := pidfilter.New(m) // a second holder, as a second link is
+	defer f.Close()
+	g, err := pidfilter.New(f.Map(), f.AllMap()) // a second holder of the same maps
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func TestFilterRefcounts(t *testing.T) {
 			t.Errorf("Release(%d): %v, want ErrBadPID", bad, err)
 		}
 	}
-	if err := f.Acquire(5, 6, 7, 8); err == nil {
+	if err := f.Acquire(5, 6, 7, 8, 9); err == nil {
 		t.Error("Acquire past the map's capacity: no error")
 	}
 	check("failed Acquire changes nothing", pidfilter.AllPIDs, 3)
@@ -168,7 +170,33 @@ func TestFilterRefcounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer arr.Close()
-	if _, err := pidfilter.New(arr); !errors.Is(err, pidfilter.ErrBadMap) {
-		t.Errorf("New(array): %v, want ErrBadMap", err)
+	if _, err := pidfilter.New(arr, f.AllMap()); !errors.Is(err, pidfilter.ErrBadMap) {
+		t.Errorf("New(array, ...): %v, want ErrBadMap", err)
+	}
+	if _, err := pidfilter.New(f.Map(), f.Map()); !errors.Is(err, pidfilter.ErrBadMap) {
+		t.Errorf("New(hash, hash): %v, want ErrBadMap", err)
+	}
+	var all uint32
+	if err := f.AllMap().Lookup(uint32(0), &all); err != nil || all != 1 {
+		t.Errorf("%s[0] = %d, %v; want 1 holder of AllPIDs", pidfilter.AllMapName, all, err)
+	}
+}
+
+// TestHeaderMaps checks bpf/mp_pids.bpf.h, as testdata/filtered.c includes
+// it, against MapSpec and AllMapSpec.
+func TestHeaderMaps(t *testing.T) {
+	cs, err := loadFiltered()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []*ebpf.MapSpec{pidfilter.MapSpec(pidfilter.DefaultMaxPIDs), pidfilter.AllMapSpec()} {
+		got := cs.Maps[want.Name]
+		if got == nil {
+			t.Fatalf("the header declares no map %s", want.Name)
+		}
+		if got.Type != want.Type || got.KeySize != want.KeySize || got.ValueSize != want.ValueSize || got.MaxEntries != want.MaxEntries {
+			t.Errorf("header's %s is %v %d/%d/%d, Go's %v %d/%d/%d", want.Name,
+				got.Type, got.KeySize, got.ValueSize, got.MaxEntries, want.Type, want.KeySize, want.ValueSize, want.MaxEntries)
+		}
 	}
 }

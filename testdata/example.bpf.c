@@ -3,14 +3,13 @@
 // The program of ExamplePlan_Attach: count calls per site. multiprobe
 // gives every site a cookie, its index in Plan.Sites, which mp_cookie
 // returns on every kernel (from a per-site constant before Linux 5.15).
-// mp_pids.bpf.h puts the pid filter's map into the bpf2go objects struct;
-// without it, Plan.Prepare adds the map all the same.
+// The pid filter needs nothing here: each Link that filters loads its own
+// filtered copy of the program.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
 #include "mp_cookie.bpf.h"
-#include "mp_pids.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -9,6 +9,11 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
+/* The filter's maps as a bpf2go user declares them: Inject takes these
+ * rather than adding its own, and a test checks them against MapSpec and
+ * AllMapSpec. */
+#include "mp_pids.bpf.h"
+
 #define STAGE_ENTRY 0
 #define STAGE_STATIC 1
 #define STAGE_GLOBAL 2
