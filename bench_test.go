@@ -2,10 +2,11 @@ package multiprobe_test
 
 import (
 	"fmt"
-	"github.com/cilium/ebpf"
-	"github.com/multiprobe/multiprobe/attach"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/attach"
 
 	"github.com/cilium/ebpf/link"
 

@@ -50,12 +50,12 @@ type Site struct {
 type Options struct {
 	// PID, if not 0, counts only calls made by the process with this pid
 	// (all its threads, not its children). The kernel filters where it can
-	// (uprobe_multi, Linux 6.10+); elsewhere Prepare injects an in-BPF
-	// filter.
+	// (uprobe_multi with the 6.10 fix); elsewhere each Link filters inside
+	// BPF with a copy of the program of its own (see Link).
 	PID int
 	// PIDs, if not empty, counts only calls made by these processes (and
-	// PID, if set), through the in-BPF filter that Prepare injects. The
-	// set can be changed while attached with Link.SetPIDs.
+	// PID, if set), through each Link's own in-BPF filter. A Link's set can
+	// be changed while attached with Link.SetPIDs.
 	PIDs []int
 	// Features, if not nil, replaces kernelprobe.Detect(): tests use it to
 	// force a path.

@@ -6,10 +6,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/multiprobe/multiprobe/internal/fds"
 	"io/fs"
 	"os"
 	"unsafe"
+
+	"github.com/multiprobe/multiprobe/internal/elfimage"
+	"github.com/multiprobe/multiprobe/internal/fds"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,18 +26,13 @@ type File struct {
 	unmap   bool
 	machine elf.Machine
 	typ     elf.Type
-	loads   []segment
+	image   elfimage.Image
 	tables  []symtab // .symtab first, then .dynsym
 	// verdef maps a version index (from .gnu.version) to its name.
 	verdef map[uint16]string
 	// pclntab and textAddr come from a stripped Go binary.
 	pclntab  []byte
 	textAddr uint64
-}
-
-type segment struct {
-	vaddr, memsz, offset, filesz uint64
-	exec                         bool
 }
 
 type symtab struct {
@@ -118,14 +115,7 @@ func (f *File) Type() elf.Type { return f.typ }
 
 // FileOffset converts a virtual address inside an executable PT_LOAD segment
 // into the file offset the kernel's uprobe interfaces want.
-func (f *File) FileOffset(vaddr uint64) (uint64, bool) {
-	for _, s := range f.loads {
-		if s.exec && vaddr >= s.vaddr && vaddr-s.vaddr < s.filesz {
-			return vaddr - s.vaddr + s.offset, true
-		}
-	}
-	return 0, false
-}
+func (f *File) FileOffset(vaddr uint64) (uint64, bool) { return f.image.Code(vaddr) }
 
 func newFile(name string, data []byte) (*File, error) {
 	if len(data) < 16 || !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
@@ -154,20 +144,10 @@ func newFile(name string, data []byte) (*File, error) {
 		return nil, fmt.Errorf("%s: %w: ELF type %s (want an executable or a shared object)", name, ErrUnsupported, ef.Type)
 	}
 	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type}
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD {
-			continue
-		}
-		if p.Off > uint64(len(data)) || p.Filesz > uint64(len(data))-p.Off {
-			// A segment reaching past the end of the file: its symbols
-			// would get offsets the kernel refuses.
-			return nil, fmt.Errorf("%s: %w: PT_LOAD at offset %#x size %#x is past the end of the file (%d bytes): truncated?",
-				name, ErrMalformed, p.Off, p.Filesz, len(data))
-		}
-		f.loads = append(f.loads, segment{
-			vaddr: p.Vaddr, memsz: p.Memsz, offset: p.Off, filesz: p.Filesz,
-			exec: p.Flags&elf.PF_X != 0,
-		})
+	f.image = elfimage.Load(ef.Progs)
+	if err := f.image.Within(uint64(len(data))); err != nil {
+		// Symbols in such a segment would get offsets the kernel refuses.
+		return nil, fmt.Errorf("%s: %w: %w", name, ErrMalformed, err)
 	}
 	var symtabs, dynsyms []symtab
 	var versym, verdef *elf.Section

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/multiprobe/multiprobe/internal/fds"
 	"io"
 	"io/fs"
 	"os"
@@ -15,7 +14,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/multiprobe/multiprobe/internal/procmaps"
+	"github.com/multiprobe/multiprobe/internal/fds"
 )
 
 // LookPath finds the file a probe target names. A name with a '/' is a path
@@ -203,17 +202,17 @@ type Mapping struct {
 // ExecutableMappings lists the files that process pid has mapped
 // executable, in the order of /proc/PID/maps, each once.
 func ExecutableMappings(pid int) ([]Mapping, error) {
-	maps, err := procmaps.Read(pid)
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w (it does not exist or has exited)", err)
+			return nil, fmt.Errorf("process %d: %w (it does not exist or has exited)", pid, err)
 		}
-		return nil, err
+		return nil, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return executableFiles(maps, pid), nil
+	return executableFiles(parseMaps(data), pid), nil
 }
 
-func executableFiles(maps []procmaps.Mapping, pid int) []Mapping {
+func executableFiles(maps []mapsLine, pid int) []Mapping {
 	root := "/proc/" + strconv.Itoa(pid) + "/root"
 	seen := map[string]bool{}
 	var out []Mapping

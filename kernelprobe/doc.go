@@ -22,4 +22,24 @@
 //	nosession    no uprobe sessions (pre-6.13)
 //
 // An unknown word makes Detect return an error wrapping [ErrBadForce].
+//
+// # Version floors
+//
+// Every kernel version multiprobe's decisions rest on, in one place; other
+// comments point here rather than repeat them. Each is detected, not read
+// from the release string: distributions backport.
+//
+//	4.17  the "uprobe" perf PMU: perf-event uprobes without tracefs (UprobePMU)
+//	4.20  ref-counter (USDT semaphore) offsets for perf-event uprobes (RefCtrOffset)
+//	5.15  BPF cookies (bpf_get_attach_cookie) and BPF perf links (Cookies);
+//	      before, each site gets its own copy of the program with the
+//	      cookie built in (multiprobe.Link.Clones)
+//	6.6   uprobe_multi links: one link for many sites of a binary (UprobeMulti)
+//	6.10  uprobe_multi's pid filter covers every thread of the process
+//	      (commit 46ba0e49b642; UprobeMultiPIDFilter); before, and on the
+//	      perf-event path, whose pid names one thread, pids are filtered
+//	      inside BPF (package pidfilter)
+//	6.12  every program in one PROG_ARRAY must share its expected attach
+//	      type (package load refuses or splits such maps)
+//	6.13  uprobe sessions: one program at entry and return (UprobeSession)
 package kernelprobe

@@ -2,8 +2,9 @@ package usdt_test
 
 import (
 	"fmt"
-	"github.com/cilium/ebpf"
 	"log"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/multiprobe/multiprobe/usdt"
 )

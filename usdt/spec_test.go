@@ -2,11 +2,12 @@ package usdt
 
 import (
 	"errors"
-	"github.com/multiprobe/multiprobe/internal/testutil"
 	"reflect"
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/multiprobe/multiprobe/internal/testutil"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"

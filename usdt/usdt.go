@@ -6,10 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/multiprobe/multiprobe/internal/fds"
 	"slices"
 	"strings"
 
+	"github.com/multiprobe/multiprobe/internal/elfimage"
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/glob"
 )
 
@@ -241,6 +242,7 @@ func newFile(ef *elf.File, path string) (*File, error) {
 		stapBase = s.Addr
 	}
 	syms := &symbols{ef: ef}
+	image := elfimage.Load(ef.Progs)
 	byName := make(map[string]int)
 	for i := range notes {
 		n := &notes[i]
@@ -251,12 +253,12 @@ func newFile(ef *elf.File, path string) (*File, error) {
 			loc += stapBase - n.base
 		}
 		site := Site{Address: loc, Semaphore: n.sema, ArgString: n.args}
-		site.Offset, err = fileOffset(ef, loc, true)
+		site.Offset, err = image.Offset(loc, true)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: location %#x: %v", ErrMalformedNote, n, loc, err)
 		}
 		if n.sema != 0 {
-			site.SemaphoreOffset, err = fileOffset(ef, n.sema, false)
+			site.SemaphoreOffset, err = image.Offset(n.sema, false)
 			if err != nil {
 				return nil, fmt.Errorf("%w: %s: semaphore %#x: %v", ErrMalformedNote, n, n.sema, err)
 			}
@@ -287,34 +289,6 @@ func newFile(ef *elf.File, path string) (*File, error) {
 		return cmp.Or(cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Name, b.Name))
 	})
 	return f, nil
-}
-
-// fileOffset converts a virtual address to a file offset through the
-// PT_LOAD segment holding it: off = vaddr - p_vaddr + p_offset. Probe
-// locations must be in an executable segment and in the file; semaphores in
-// a non-executable one (they may lie in its zero-filled tail).
-func fileOffset(ef *elf.File, vaddr uint64, exec bool) (uint64, error) {
-	for _, p := range ef.Progs {
-		if p.Type != elf.PT_LOAD || vaddr < p.Vaddr {
-			continue
-		}
-		size := p.Filesz
-		if !exec {
-			size = p.Memsz
-		}
-		if vaddr-p.Vaddr >= size {
-			continue
-		}
-		if (p.Flags&elf.PF_X != 0) != exec {
-			want := "an executable"
-			if !exec {
-				want = "a non-executable"
-			}
-			return 0, fmt.Errorf("in a %s segment, want %s one", p.Flags, want)
-		}
-		return vaddr - p.Vaddr + p.Off, nil
-	}
-	return 0, errors.New("not in any PT_LOAD segment")
 }
 
 // symbols resolves the symbols named by argument strings. It reads the

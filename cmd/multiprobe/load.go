@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/multiprobe/multiprobe/internal/fds"
 	"io"
 	"maps"
 	"math"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/multiprobe/multiprobe/internal/fds"
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/kernelprobe"

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"io/fs"
 
-	"golang.org/x/sys/unix"
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestCount(t *testing.T) {

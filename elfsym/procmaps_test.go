@@ -1,39 +1,25 @@
-package procmaps
+package elfsym
 
 import (
 	"bytes"
 	"testing"
 )
 
-func TestParseMaps(t *testing.T) {
+func TestParseProcMaps(t *testing.T) {
 	data := []byte(`5581c0a00000-5581c0a01000 r--p 00000000 fd:01 1835331                    /tmp/x/sema pie
 5581c0a01000-5581c0a02000 r-xp 00001000 fd:01 1835331                    /tmp/x/sema pie
 7ffd2d5a3000-7ffd2d5c4000 rw-p 00000000 00:00 0                          [stack]
 garbage line
 ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
 `)
-	ms := Parse(data)
+	ms := parseMaps(data)
 	if len(ms) != 4 {
 		t.Fatalf("%d mappings, want 4: %+v", len(ms), ms)
 	}
 	m := ms[1]
-	want := Mapping{Start: 0x5581c0a01000, End: 0x5581c0a02000, PgOff: 0x1000, Exec: true, Major: 0xfd, Minor: 1, Inode: 1835331, Path: "/tmp/x/sema pie"}
+	want := mapsLine{Start: 0x5581c0a01000, End: 0x5581c0a02000, PgOff: 0x1000, Exec: true, Major: 0xfd, Minor: 1, Inode: 1835331, Path: "/tmp/x/sema pie"}
 	if m != want {
 		t.Errorf("mapping %+v, want %+v", m, want)
-	}
-	for _, tc := range []struct {
-		off  uint64
-		addr uint64
-		ok   bool
-	}{
-		{0x1139, 0x5581c0a01139, true}, // the executable mapping
-		{0x0040, 0x5581c0a00040, true}, // only the read-only one
-		{0x2000, 0, false},             // past both
-	} {
-		addr, ok := addrIn(ms[:2], tc.off)
-		if addr != tc.addr || ok != tc.ok {
-			t.Errorf("addrIn(%#x) = %#x, %v; want %#x, %v", tc.off, addr, ok, tc.addr, tc.ok)
-		}
 	}
 }
 
@@ -42,7 +28,7 @@ func FuzzParseMapsLine(f *testing.F) {
 	f.Add([]byte("7ffd2d5a3000-7ffd2d5c4000 rw-p 00000000 00:00 0 [stack]"))
 	f.Add([]byte("0-1 r 0 0:0 0"))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		m, ok := ParseLine(line)
+		m, ok := parseMapsLine(line)
 		if !ok {
 			return
 		}
@@ -52,6 +38,5 @@ func FuzzParseMapsLine(f *testing.F) {
 		if m.Path != "" && !bytes.Contains(line, []byte(m.Path)) {
 			t.Fatalf("path %q not in line %q", m.Path, line)
 		}
-		addrIn([]Mapping{m}, m.PgOff) // must not panic
 	})
 }
