@@ -1,10 +1,8 @@
 package multiprobe_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -56,14 +54,25 @@ func forEachPath(t *testing.T, fn func(t *testing.T, f kernelprobe.Features)) {
 // user does (LoadAndAssign into the generated struct).
 func setup(t *testing.T, f kernelprobe.Features, opts multiprobe.Options, groups ...[]string) (*testprogs.Counter, []*multiprobe.Plan) {
 	t.Helper()
-	opts.Features = &f
+	each := make([]multiprobe.Options, len(groups))
+	for i := range each {
+		each[i] = opts
+	}
+	return setupEach(t, f, each, groups...)
+}
+
+// setupEach is setup with options of their own for each group of specs.
+func setupEach(t *testing.T, f kernelprobe.Features, opts []multiprobe.Options, groups ...[]string) (*testprogs.Counter, []*multiprobe.Plan) {
+	t.Helper()
 	spec, err := testprogs.CounterSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
 	plans := make([]*multiprobe.Plan, len(groups))
 	for i, g := range groups {
-		pl, err := multiprobe.Resolve(mustParse(t, g...), &opts)
+		o := opts[i]
+		o.Features = &f
+		pl, err := multiprobe.Resolve(mustParse(t, g...), &o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +170,11 @@ func TestManySites(t *testing.T) {
 		if len(sites) != n {
 			t.Fatalf("%d sites, want %d", len(sites), n)
 		}
-		if want := sitesFor(f, 1, 2*n); l.FDs() < 1 || l.FDs() > want {
+		want := sitesFor(f, 1, 2*n)
+		if !f.Cookies {
+			want += 2 * n // a clone per site, and its BTF
+		}
+		if l.FDs() < 1 || l.FDs() > want {
 			t.Errorf("%d fds for %d sites in one binary, want at most %d", l.FDs(), n, want)
 		}
 		runTarget(t, target, calls)
@@ -249,32 +262,13 @@ func testAliasesCountedOnce(t *testing.T, f kernelprobe.Features) {
 	}
 }
 
-// startWaiting starts a target that waits for a line on stdin before it
-// makes its calls.
-func startWaiting(t *testing.T, path string, calls int) (*exec.Cmd, io.WriteCloser) {
+// startWaiting starts a generated target that makes its calls when it is
+// told to go.
+func startWaiting(t *testing.T, path string, calls int) *testprogs.Proc {
 	t.Helper()
-	cmd := exec.Command(path, "-wait", fmt.Sprint(calls))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		t.Fatalf("target said %q, %v", line, err)
-	}
-	go io.Copy(io.Discard, stdout)
-	return cmd, stdin
+	return testprogs.Start(t, path, "-wait", fmt.Sprint(calls))
 }
 
-// TestPIDFilter runs two instances of a target and counts only one.
 func TestPIDFilter(t *testing.T) {
 	forEachPath(t, testPIDFilter)
 }
@@ -282,22 +276,13 @@ func TestPIDFilter(t *testing.T) {
 func testPIDFilter(t *testing.T, f kernelprobe.Features) {
 	const n, calls = 50, 4
 	target := testprogs.PrivateTarget(t, n)
-	chosen, chosenIn := startWaiting(t, target, calls)
-	other, otherIn := startWaiting(t, target, calls)
+	chosen, other := startWaiting(t, target, calls), startWaiting(t, target, calls)
 
-	c, plans := setup(t, f, multiprobe.Options{PID: chosen.Process.Pid}, []string{"uprobe:" + target + ":func_*"})
+	c, plans := setup(t, f, multiprobe.Options{PID: chosen.PID()}, []string{"uprobe:" + target + ":func_*"})
 	l := mustAttach(t, plans[0], c.CountEntry)
 	checkPath(t, l, f)
-	for _, in := range []io.WriteCloser{chosenIn, otherIn} {
-		in.Write([]byte("go\n"))
-		in.Close()
-	}
-	if err := chosen.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if err := other.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	chosen.Finish(t)
+	other.Finish(t)
 	counts, err := testprogs.ReadArray(c.Counts, n)
 	if err != nil {
 		t.Fatal(err)
@@ -309,8 +294,8 @@ func testPIDFilter(t *testing.T, f kernelprobe.Features) {
 		}
 	}
 	var n2 uint64
-	if err := c.PIDCounts.Lookup(uint32(other.Process.Pid), &n2); err == nil {
-		t.Errorf("process %d, not chosen, had %d calls counted", other.Process.Pid, n2)
+	if err := c.PIDCounts.Lookup(uint32(other.PID()), &n2); err == nil {
+		t.Errorf("process %d, not chosen, had %d calls counted", other.PID(), n2)
 	}
 }
 
@@ -536,25 +521,16 @@ func TestPIDSet(t *testing.T) {
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		const n, calls = 20, 2
 		target := testprogs.PrivateTarget(t, n)
-		a, aIn := startWaiting(t, target, calls)
-		b, bIn := startWaiting(t, target, calls)
-		c, cIn := startWaiting(t, target, calls)
+		a, b, c := startWaiting(t, target, calls), startWaiting(t, target, calls), startWaiting(t, target, calls)
 
-		cnt, plans := setup(t, f, multiprobe.Options{PIDs: []int{a.Process.Pid}}, []string{"uprobe:" + target + ":func_*"})
+		cnt, plans := setup(t, f, multiprobe.Options{PIDs: []int{a.PID()}}, []string{"uprobe:" + target + ":func_*"})
 		l := mustAttach(t, plans[0], cnt.CountEntry)
-		release := func(cmd *exec.Cmd, in io.WriteCloser) {
-			in.Write([]byte("go\n"))
-			in.Close()
-			if err := cmd.Wait(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		release(a, aIn)
-		if err := l.SetPIDs(b.Process.Pid); err != nil {
+		a.Finish(t)
+		if err := l.SetPIDs(b.PID()); err != nil {
 			t.Fatal(err)
 		}
-		release(b, bIn)
-		release(c, cIn)
+		b.Finish(t)
+		c.Finish(t)
 
 		var want uint64
 		for i := range n {
@@ -563,7 +539,7 @@ func TestPIDSet(t *testing.T) {
 		for _, p := range []struct {
 			pid  int
 			want uint64
-		}{{a.Process.Pid, want}, {b.Process.Pid, want}, {c.Process.Pid, 0}} {
+		}{{a.PID(), want}, {b.PID(), want}, {c.PID(), 0}} {
 			var got uint64
 			cnt.PIDCounts.Lookup(uint32(p.pid), &got)
 			if got != p.want {

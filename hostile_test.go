@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -14,7 +15,10 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/fallback"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // TestSwapLoop renames two builds of a target over one path while a plan
@@ -292,4 +296,50 @@ func TestMisuse(t *testing.T) {
 			}
 		}
 	})
+}
+
+// clonesChildEnv makes TestClonesLeaveNothing the child that runs with a
+// low RLIMIT_NOFILE, which cannot be raised again without privileges the
+// test should not spend.
+const clonesChildEnv = "MULTIPROBE_CLONES_CHILD"
+
+// TestClonesLeaveNothing fails an attach on a kernel without BPF cookies
+// after the entry sites are attached, each with its clone: RLIMIT_NOFILE
+// leaves room for them but not for the return sites that follow. The attach must fail whole with ErrFDBudget (refused up
+// front by each step, rather than EMFILE part way) and leave no program,
+// map, link or descriptor behind.
+func TestClonesLeaveNothing(t *testing.T) {
+	f := paths(t)[0]
+	if os.Getenv(clonesChildEnv) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestClonesLeaveNothing$", "-test.v")
+		cmd.Env = append(os.Environ(), clonesChildEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestClonesLeaveNothing") {
+			t.Errorf("child: %v\n%s", err, out)
+		}
+		return
+	}
+	const n = 20
+	noCookies := f
+	noCookies.UprobeMulti, noCookies.UprobeMultiPIDFilter, noCookies.UprobeSession, noCookies.Cookies = false, false, false, false
+	target := testprogs.PrivateTarget(t, n)
+	cnt, plans := setup(t, noCookies, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*", "uretprobe:" + target + ":func_*"})
+	before := testutil.TakeSnapshot(t, cnt.CountEntry)
+	// Room for 4n more descriptors and the slack fds.Ensure asks for
+	// when the clones are made (each and its BTF, then a perf event and
+	// a link per site); not for the return sites' after them.
+	room := uint64(before.FDs + 4*n + 64 + n)
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: room, Max: room}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := plans[0].Attach(cnt.CountEntry)
+	if err == nil {
+		l.Close()
+		t.Fatal("attached the return sites without room for them")
+	}
+	t.Log(err)
+	if !errors.Is(err, fallback.ErrFDBudget) {
+		t.Errorf("%v, want ErrFDBudget", err)
+	}
+	before.Check(t, "after the failed attach")
 }

@@ -1,11 +1,6 @@
 package multiprobe_test
 
 import (
-	"bufio"
-	"fmt"
-	"io"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -14,54 +9,8 @@ import (
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
-// semaProc is a running semaphore target (testprogs' c/sema.c): "c N"
-// calls fn0 N times, fn1 N+1 and fn2 N+2 times, as often as asked.
-type semaProc struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-}
-
-func startSema(t *testing.T, path string) *semaProc {
-	t.Helper()
-	cmd := exec.Command(path)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &semaProc{cmd, in, bufio.NewReader(stdout)}
-	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
-	if line := p.do(t, ""); line != "ready" {
-		t.Fatalf("sema printed %q first", line)
-	}
-	return p
-}
-
-// do sends a command ("" sends none) and returns the line it answers.
-func (p *semaProc) do(t *testing.T, cmd string) string {
-	t.Helper()
-	if cmd != "" {
-		if _, err := fmt.Fprintln(p.in, cmd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	line, err := p.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("sema: %v", err)
-	}
-	return strings.TrimSuffix(line, "\n")
-}
-
-func (p *semaProc) pid() int { return p.cmd.Process.Pid }
-
-// semaCalls is how many calls of fn0, fn1 and fn2 one "c 1" makes.
+// semaCalls is how many calls of fn0, fn1 and fn2 one "c 1" makes to the
+// semaphore target (testprogs' c/sema.c).
 const semaCalls = 1 + 2 + 3
 
 // TestPIDSetsPerLink attaches one program three times to the same
@@ -72,7 +21,7 @@ const semaCalls = 1 + 2 + 3
 func TestPIDSetsPerLink(t *testing.T) {
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		target := testprogs.PrivateCopy(t, testprogs.SemaTarget(t, false))
-		a, b, c := startSema(t, target), startSema(t, target), startSema(t, target)
+		a, b, c := testprogs.Start(t, target), testprogs.Start(t, target), testprogs.Start(t, target)
 		specs := mustParse(t, "uprobe:"+target+":fn*")
 		spec, err := testprogs.CounterSpec()
 		if err != nil {
@@ -89,7 +38,7 @@ func TestPIDSetsPerLink(t *testing.T) {
 			}
 			return pl
 		}
-		onlyA, aAndB, everyone := plan(a.pid()), plan(a.pid(), b.pid()), plan()
+		onlyA, aAndB, everyone := plan(a.PID()), plan(a.PID(), b.PID()), plan()
 		cnt, err := testprogs.NewCounter(spec)
 		if err != nil {
 			t.Fatal(err)
@@ -99,10 +48,10 @@ func TestPIDSetsPerLink(t *testing.T) {
 		var total [3]uint64
 		round := func(step string, want ...uint64) {
 			t.Helper()
-			for i, p := range []*semaProc{a, b, c} {
-				p.do(t, "c 1")
+			for i, p := range []*testprogs.Proc{a, b, c} {
+				p.Do(t, "c 1")
 				var got uint64
-				cnt.PIDCounts.Lookup(uint32(p.pid()), &got)
+				cnt.PIDCounts.Lookup(uint32(p.PID()), &got)
 				if got-total[i] != want[i]*semaCalls {
 					t.Errorf("%s: process %c counted %d calls, want %d", step, "ABC"[i], got-total[i], want[i]*semaCalls)
 				}
@@ -124,7 +73,7 @@ func TestPIDSetsPerLink(t *testing.T) {
 			t.Errorf("PIDs() = %v after SetPIDs(), want nil (every process)", l1.PIDs())
 		}
 		round("[A] set to every process", 1, 1, 1)
-		if err := l1.SetPIDs(b.pid()); err != nil {
+		if err := l1.SetPIDs(b.PID()); err != nil {
 			t.Fatal(err)
 		}
 		l3 := mustAttach(t, everyone, cnt.CountEntry)
@@ -133,7 +82,7 @@ func TestPIDSetsPerLink(t *testing.T) {
 			t.Errorf("a link without pids loaded %d copies of the program, want %d", l3.Clones(), want)
 		}
 		round("[B] beside a link without pids", 1, 2, 1)
-		if err := l3.SetPIDs(a.pid()); err == nil {
+		if err := l3.SetPIDs(a.PID()); err == nil {
 			t.Error("SetPIDs on a link without an in-BPF filter: no error")
 		}
 	})
@@ -145,17 +94,17 @@ func TestPIDSetsPerLink(t *testing.T) {
 func TestPIDSetsAcrossPrograms(t *testing.T) {
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		target := testprogs.PrivateCopy(t, testprogs.SemaTarget(t, false))
-		a, b := startSema(t, target), startSema(t, target)
+		a, b := testprogs.Start(t, target), testprogs.Start(t, target)
 		cnt, plans := setupEach(t, f,
-			[]multiprobe.Options{{PIDs: []int{a.pid()}}, {PIDs: []int{a.pid(), b.pid()}}},
+			[]multiprobe.Options{{PIDs: []int{a.PID()}}, {PIDs: []int{a.PID(), b.PID()}}},
 			[]string{"uprobe:" + target + ":fn*"}, []string{"uretprobe:" + target + ":fn*"})
 		mustAttach(t, plans[0], cnt.CountEntry)
 		ret := mustAttach(t, plans[1], cnt.RecordReturn)
-		a.do(t, "c 1")
-		b.do(t, "c 1")
+		a.Do(t, "c 1")
+		b.Do(t, "c 1")
 		var gotA, gotB uint64
-		cnt.PIDCounts.Lookup(uint32(a.pid()), &gotA)
-		cnt.PIDCounts.Lookup(uint32(b.pid()), &gotB)
+		cnt.PIDCounts.Lookup(uint32(a.PID()), &gotA)
+		cnt.PIDCounts.Lookup(uint32(b.PID()), &gotB)
 		if gotA != semaCalls || gotB != 0 {
 			t.Errorf("entry program [A]: A %d, B %d calls; want %d, 0", gotA, gotB, semaCalls)
 		}
@@ -171,35 +120,6 @@ func TestPIDSetsAcrossPrograms(t *testing.T) {
 			t.Errorf("return program [A B]: %d returns, want %d", sum, 2*semaCalls)
 		}
 	})
-}
-
-// setupEach is setup with options of its own for each group of specs.
-func setupEach(t *testing.T, f kernelprobe.Features, opts []multiprobe.Options, groups ...[]string) (*testprogs.Counter, []*multiprobe.Plan) {
-	t.Helper()
-	spec, err := testprogs.CounterSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	plans := make([]*multiprobe.Plan, len(groups))
-	for i, g := range groups {
-		o := opts[i]
-		o.Features = &f
-		pl, err := multiprobe.Resolve(mustParse(t, g...), &o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { pl.Close() })
-		if err := pl.Prepare(spec); err != nil {
-			t.Fatal(err)
-		}
-		plans[i] = pl
-	}
-	c, err := testprogs.NewCounter(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c, plans
 }
 
 // TestUSDTSpecsPerLink attaches one USDT program twice to the same probe:
@@ -246,7 +166,7 @@ func TestUSDTSpecsPerLink(t *testing.T) {
 		}
 		sumI := int64(n * (n - 1) / 2)
 		one := [4]int64{n, 2 * n, sumI, -3 * sumI} // one link, one run
-		startUSDT(t, target, n).run(t)
+		startUSDT(t, target, n).Finish(t)
 		if got := read(); got != [4]int64{2 * one[0], 2 * one[1], 2 * one[2], 2 * one[3]} {
 			t.Errorf("two links: hits, argc, sum0, sum1 = %v, want twice %v", got, one)
 		}
@@ -254,7 +174,7 @@ func TestUSDTSpecsPerLink(t *testing.T) {
 		if err := l1.Close(); err != nil {
 			t.Fatal(err)
 		}
-		startUSDT(t, target, n).run(t)
+		startUSDT(t, target, n).Finish(t)
 		after := read()
 		if got := [4]int64{after[0] - before[0], after[1] - before[1], after[2] - before[2], after[3] - before[3]}; got != one {
 			t.Errorf("after the other link closed: hits, argc, sum0, sum1 = %v, want %v", got, one)

@@ -137,6 +137,7 @@ type Link struct {
 	// filtered is the copy with the link's pid filter, for every site,
 	// where the kernel has BPF cookies.
 	filtered *ebpf.Program
+	cloneFDs int           // held by the copies: each program, and its BTF
 	specIDs  *usdt.SpecIDs // the USDT sites' argument spec ids
 
 	mu     sync.Mutex
@@ -278,16 +279,24 @@ func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
 // link filters by pid in BPF, none where it does not.
 func (l *Link) Clones() int { return len(l.clones) }
 
-// FDs returns how many file descriptors the attached sites hold: one per
-// binary and kind on the uprobe_multi path, one or two per site (and a
-// program per site without BPF cookies) on the perf-event path.
+// FDs returns how many file descriptors the link holds: one per binary
+// and kind on the uprobe_multi path, one or two per site on the perf-event
+// path, one for each copy of the program (see Clones) and one more for its
+// BTF if the program has any, two for its own pid filter, and one for its
+// handle of the USDT spec table.
 func (l *Link) FDs() int {
-	n := len(l.clones)
+	n := l.cloneFDs
 	for _, al := range l.links {
 		n += al.FDs()
 	}
 	for _, fl := range l.perSite {
 		n += fl.FDs()
+	}
+	if l.filter != nil {
+		n += 2 // its two maps
+	}
+	if l.specIDs != nil {
+		n++ // its handle of the USDT spec table
 	}
 	return n
 }
@@ -307,7 +316,7 @@ func (l *Link) Close() error {
 	for _, p := range l.clones {
 		errs = append(errs, p.Close())
 	}
-	l.clones, l.filtered = nil, nil
+	l.clones, l.filtered, l.cloneFDs = nil, nil, 0
 	if l.specIDs != nil {
 		errs = append(errs, l.specIDs.Release())
 		l.specIDs = nil

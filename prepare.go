@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/load"
@@ -404,6 +406,12 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		}
 	}()
 	if cookies {
+		// Per site a clone and its BTF, then a perf event and a link:
+		// fail now rather than with EMFILE part way.
+		n := target.Targets(targets).Sites()
+		if err := fds.Ensure(4*n, fmt.Sprintf("%d per-site clones and uprobes", n)); err != nil {
+			return nil, nil, fmt.Errorf("multiprobe: %w", err)
+		}
 		specs = specs[:0]
 		for i, c := range target.Targets(targets).Cookies() {
 			m, err := ps.cookieMap(c)
@@ -437,6 +445,11 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		progs[i] = loaded[spec.Name]
 	}
 	l.clones = append(l.clones, progs...)
+	perCopy := 1
+	if btf.FuncMetadata(&base.Instructions[0]) != nil {
+		perCopy++ // cilium/ebpf keeps each program's BTF open
+	}
+	l.cloneFDs += perCopy * len(progs)
 	if !cookies {
 		l.filtered = progs[0]
 		return progs[0], nil, nil

@@ -1,12 +1,8 @@
 package multiprobe_test
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -46,40 +42,11 @@ func combinationPaths(t *testing.T) map[string]kernelprobe.Features {
 	return out
 }
 
-// waiter is a USDT target process started with -wait: it makes its calls
-// when its stdin gets a line.
-type waiter struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
-
-func startUSDT(t *testing.T, target string, n int) *waiter {
+// startUSDT starts the USDT target with -wait: it makes its n rounds of
+// calls when it is told to go.
+func startUSDT(t *testing.T, target string, n int) *testprogs.Proc {
 	t.Helper()
-	cmd := exec.Command(target, "-wait", fmt.Sprint(n))
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	w := &waiter{cmd, stdin, bufio.NewReader(stdout)}
-	if line, _ := w.out.ReadString('\n'); line != "ready\n" {
-		t.Fatalf("target said %q", line)
-	}
-	return w
-}
-
-// run releases the process and returns how often its guarded probe fired.
-func (w *waiter) run(t *testing.T) string {
-	t.Helper()
-	w.stdin.Write([]byte("go\n"))
-	w.stdin.Close()
-	rest, _ := io.ReadAll(w.out)
-	if err := w.cmd.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(rest))
+	return testprogs.Start(t, target, "-wait", fmt.Sprint(n))
 }
 
 // TestCombinations attaches entry, return and USDT probes, the same
@@ -101,14 +68,14 @@ func TestCombinations(t *testing.T) {
 
 func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 	target := testprogs.PrivateCopy(t, testprogs.USDTTarget(t))
-	procs := []*waiter{startUSDT(t, target, n), startUSDT(t, target, n), startUSDT(t, target, n)}
+	procs := []*testprogs.Proc{startUSDT(t, target, n), startUSDT(t, target, n), startUSDT(t, target, n)}
 	opts := multiprobe.Options{Features: &f}
 	admitted := 3
 	switch mode {
 	case "pid":
-		opts.PID, admitted = procs[0].cmd.Process.Pid, 1
+		opts.PID, admitted = procs[0].PID(), 1
 	case "pids":
-		opts.PIDs, admitted = []int{procs[0].cmd.Process.Pid, procs[1].cmd.Process.Pid}, 2
+		opts.PIDs, admitted = []int{procs[0].PID(), procs[1].PID()}, 2
 	}
 	specs := []string{
 		"uprobe:" + target + ":report",
@@ -150,11 +117,14 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 	case mode == "pids" || (mode == "pid" && !(f.Path() == kernelprobe.PathUprobeMulti && f.UprobeMultiPIDFilter)):
 		wantClones = 1 // the link's own filtered copy
 	}
+	if now, _ := testutil.OpenFDs(); now-before.FDs != l.FDs() {
+		t.Errorf("%d more file descriptors open while attached, Link.FDs says %d", now-before.FDs, l.FDs())
+	}
 	if l.Clones() != wantClones {
 		t.Errorf("%d copies of the program, want %d", l.Clones(), wantClones)
 	}
 	for i, p := range procs {
-		got := p.run(t)
+		got := p.Finish(t)
 		want := fmt.Sprintf("done %d", n)
 		if i < admitted && got != want {
 			t.Errorf("process %d said %q, want %q: the guarded probe's semaphore was not set while attached", i, got, want)

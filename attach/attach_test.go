@@ -1,10 +1,8 @@
 package attach
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -210,69 +208,35 @@ func TestSession(t *testing.T) {
 	}
 }
 
-// startWaiting starts a target that waits for a line on stdin before
-// calling its functions.
-func startWaiting(t *testing.T, path string, calls int) (*exec.Cmd, io.WriteCloser, *strings.Builder) {
-	t.Helper()
-	cmd := exec.Command(path, "-wait", strconv.Itoa(calls))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	r := bufio.NewReader(stdout)
-	line, err := r.ReadString('\n')
-	if err != nil || line != "ready\n" {
-		t.Fatalf("%s -wait: read %q, %v", path, line, err)
-	}
-	rest := new(strings.Builder)
-	go io.Copy(rest, r)
-	return cmd, stdin, rest
-}
-
 func TestPIDFilter(t *testing.T) {
 	const n, calls = 200, 2
 	path, offsets, c := setup(t, n)
 	f, _ := kernelprobe.Detect()
 	testutil.RequireKernelFeature(t, f.UprobeMultiPIDFilter, "working uprobe_multi pid filter")
 
-	a, aIn, _ := startWaiting(t, path, calls)
-	b, bIn, _ := startWaiting(t, path, calls)
-	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, &Options{PID: a.Process.Pid})
+	a := testprogs.Start(t, path, "-wait", strconv.Itoa(calls))
+	b := testprogs.Start(t, path, "-wait", strconv.Itoa(calls))
+	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, &Options{PID: a.PID()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if infos, err := l.Info(); err != nil || infos[0].PID != uint32(a.Process.Pid) {
-		t.Errorf("Info() = %+v, %v; want PID %d", infos, err, a.Process.Pid)
+	if infos, err := l.Info(); err != nil || infos[0].PID != uint32(a.PID()) {
+		t.Errorf("Info() = %+v, %v; want PID %d", infos, err, a.PID())
 	}
-	for _, p := range []struct {
-		cmd *exec.Cmd
-		in  io.WriteCloser
-	}{{a, aIn}, {b, bIn}} {
-		p.in.Close()
-		if err := p.cmd.Wait(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a.Finish(t)
+	b.Finish(t)
 
 	var want uint64
 	for i := range n {
 		want += uint64(testprogs.ExpectedCalls(i, calls))
 	}
 	var got uint64
-	if err := c.PIDCounts.Lookup(uint32(a.Process.Pid), &got); err != nil || got != want {
-		t.Errorf("pid %d (filtered for): %d calls counted (%v), want %d", a.Process.Pid, got, err, want)
+	if err := c.PIDCounts.Lookup(uint32(a.PID()), &got); err != nil || got != want {
+		t.Errorf("pid %d (filtered for): %d calls counted (%v), want %d", a.PID(), got, err, want)
 	}
-	if err := c.PIDCounts.Lookup(uint32(b.Process.Pid), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
-		t.Errorf("pid %d (filtered out): %d calls counted (%v), want none", b.Process.Pid, got, err)
+	if err := c.PIDCounts.Lookup(uint32(b.PID()), &got); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Errorf("pid %d (filtered out): %d calls counted (%v), want none", b.PID(), got, err)
 	}
 }
 

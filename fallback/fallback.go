@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"golang.org/x/sys/unix"
@@ -117,8 +118,8 @@ func Uprobes(prog *ebpf.Program, targets []Target, opts *Options) (*Link, error)
 			}
 		}
 	}
-	if err := ensureFDs(2 * sites); err != nil {
-		return nil, err
+	if err := fds.Ensure(2*sites, fmt.Sprintf("%d per-site uprobes", sites)); err != nil {
+		return nil, fmt.Errorf("fallback: %w", err)
 	}
 
 	l := &Link{targets: ts, links: make([]link.Link, 0, sites)}

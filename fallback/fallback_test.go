@@ -140,8 +140,8 @@ func TestRefCtr(t *testing.T) {
 	testutil.RequireBPF(t)
 	path := buildSema(t, "pie")
 	c := loadCookieCounter(t)
-	p := startSema(t, path)
-	if got := p.do(t, "v"); got != "0 0" {
+	p := testprogs.Start(t, path)
+	if got := p.Do(t, "v"); got != "0 0" {
 		t.Fatalf("semaphores before attach: %s", got)
 	}
 	fns := semaFuncs(t, path)
@@ -152,10 +152,10 @@ func TestRefCtr(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Two sites share the counter.
-	if got := p.do(t, "v"); got != "2 0" {
+	if got := p.Do(t, "v"); got != "2 0" {
 		t.Errorf("semaphores while attached: %s, want 2 0", got)
 	}
-	p.do(t, "c 4")
+	p.Do(t, "c 4")
 	for i := range 3 {
 		if got := c.count(t, uint32(i)); got != uint64(4+i) {
 			t.Errorf("fn%d: %d calls, want %d", i, got, 4+i)
@@ -164,7 +164,7 @@ func TestRefCtr(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.do(t, "v"); got != "0 0" {
+	if got := p.Do(t, "v"); got != "0 0" {
 		t.Errorf("semaphores after Close: %s, want 0 0", got)
 	}
 }
@@ -176,7 +176,7 @@ func TestAllOrNothing(t *testing.T) {
 	testutil.RequireBPF(t)
 	path := buildSema(t, "pie")
 	c := loadCookieCounter(t)
-	p := startSema(t, path)
+	p := testprogs.Start(t, path)
 	fns := semaFuncs(t, path)
 	sema, sema2 := symOffset(t, path, "mp_sema"), symOffset(t, path, "mp_sema2")
 	snap := testutil.TakeSnapshot(t, c.prog)
@@ -194,10 +194,10 @@ func TestAllOrNothing(t *testing.T) {
 		t.Errorf("error %q: want EINVAL naming the site fn1-again", err)
 	}
 	snap.Check(t, "after the failed attach")
-	if got := p.do(t, "v"); got != "0 0" {
+	if got := p.Do(t, "v"); got != "0 0" {
 		t.Errorf("semaphores after the failed attach: %s, want 0 0", got)
 	}
-	p.do(t, "c 1")
+	p.Do(t, "c 1")
 	for i := range 3 {
 		if got := c.count(t, uint32(i)); got != 0 {
 			t.Errorf("fn%d counted %d times after the failed attach", i, got)
@@ -220,7 +220,7 @@ func TestPerSitePrograms(t *testing.T) {
 			fns := semaFuncs(t, path)
 			entryCookies, retCookies := []uint64{7, 8, 9}, []uint64{10, 11, 12}
 			entryProgs, retProgs := c.clones(t, entryCookies), c.clones(t, retCookies)
-			p := startSema(t, path)
+			p := testprogs.Start(t, path)
 			snap := testutil.TakeSnapshot(t, slices.Concat(entryProgs, retProgs)...)
 			entry, err := Uprobes(nil, []attach.Target{{Path: path, Offsets: fns, Cookies: entryCookies}},
 				&Options{Features: noCookies, Programs: entryProgs})
@@ -234,7 +234,7 @@ func TestPerSitePrograms(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ret.Close()
-			p.do(t, "c 2")
+			p.Do(t, "c 2")
 			for i := range fns {
 				for _, ck := range []uint64{entryCookies[i], retCookies[i]} {
 					if got := c.count(t, uint32(ck)); got != uint64(2+i) {

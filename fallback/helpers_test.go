@@ -1,13 +1,8 @@
 package fallback
 
 import (
-	"bufio"
 	"debug/elf"
 	"errors"
-	"fmt"
-	"io"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -46,52 +41,6 @@ func symOffset(t testing.TB, path, name string) uint64 {
 	}
 	t.Fatalf("%s: no symbol %s in a PT_LOAD segment", path, name)
 	return 0
-}
-
-// semaProc is a running semaphore target (testprogs' c/sema.c).
-type semaProc struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Reader
-}
-
-func startSema(t *testing.T, path string) *semaProc {
-	t.Helper()
-	cmd := exec.Command(path)
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &semaProc{cmd, in, bufio.NewReader(stdout)}
-	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
-	if line := p.read(t); line != "ready" {
-		t.Fatalf("sema printed %q first", line)
-	}
-	return p
-}
-
-func (p *semaProc) read(t *testing.T) string {
-	t.Helper()
-	line, err := p.out.ReadString('\n')
-	if err != nil {
-		t.Fatalf("sema: %v", err)
-	}
-	return strings.TrimSuffix(line, "\n")
-}
-
-func (p *semaProc) do(t *testing.T, cmd string) string {
-	t.Helper()
-	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
-		t.Fatal(err)
-	}
-	return p.read(t)
 }
 
 // semaFuncs returns the offsets of fn0, fn1, fn2: fn i is called n+i times

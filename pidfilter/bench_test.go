@@ -59,7 +59,7 @@ func BenchmarkPIDFilter(b *testing.B) {
 			}
 			w := startWaiting(b, bin, 1, b.N)
 			if f != nil && bc.pass {
-				pid := w.pid()
+				pid := w.PID()
 				if bc.all {
 					pid = pidfilter.AllPIDs
 				}
@@ -68,7 +68,7 @@ func BenchmarkPIDFilter(b *testing.B) {
 				}
 			}
 			b.ResetTimer()
-			w.run(b)
+			run(b, w)
 			b.StopTimer()
 			after, err := prog.Stats()
 			if err != nil {

@@ -1,7 +1,6 @@
 package pidfilter_test
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -59,45 +58,18 @@ func buildThreads(t testing.TB) string {
 	return threadsBin
 }
 
-// waiting is a target process stopped before its calls.
-type waiting struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
-
-func startWaiting(t testing.TB, bin string, threads, calls int) *waiting {
+// startWaiting starts the threads target, which makes its calls, from
+// threads threads, when it is told to go.
+func startWaiting(t testing.TB, bin string, threads, calls int) *testprogs.Proc {
 	t.Helper()
-	cmd := exec.Command(bin, "-wait", fmt.Sprint(threads), fmt.Sprint(calls))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &waiting{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if line, err := w.out.ReadString('\n'); line != "ready\n" {
-		t.Fatalf("%s: first line %q, %v", bin, line, err)
-	}
-	return w
+	return testprogs.Start(t, bin, "-wait", fmt.Sprint(threads), fmt.Sprint(calls))
 }
-
-func (w *waiting) pid() int { return w.cmd.Process.Pid }
 
 // run lets the process make its calls and waits for it to exit.
-func (w *waiting) run(t testing.TB) {
+func run(t testing.TB, p *testprogs.Proc) {
 	t.Helper()
-	w.stdin.Write([]byte("go\n"))
-	w.stdin.Close()
-	rest, _ := io.ReadAll(w.out)
-	if err := w.cmd.Wait(); err != nil || string(rest) != "done\n" {
-		t.Fatalf("target: %v, printed %q", err, rest)
+	if out := p.Finish(t); out != "done" {
+		t.Fatalf("target printed %q, want done", out)
 	}
 }
 
@@ -201,16 +173,16 @@ func TestFilterThreads(t *testing.T) {
 
 			a := startWaiting(t, bin, threads, calls)
 			b := startWaiting(t, bin, threads, calls)
-			if err := f.Acquire(a.pid()); err != nil {
+			if err := f.Acquire(a.PID()); err != nil {
 				t.Fatal(err)
 			}
-			l := attachPath(t, p, prog, target, a.pid())
-			a.run(t)
-			b.run(t)
+			l := attachPath(t, p, prog, target, a.PID())
+			run(t, a)
+			run(t, b)
 
 			pids := readHash(t, coll.Maps["pid_counts"])
-			if pids[uint32(a.pid())] != threads*calls || len(pids) != 1 {
-				t.Errorf("pid counts %v, want only %d: %d", pids, a.pid(), threads*calls)
+			if pids[uint32(a.PID())] != threads*calls || len(pids) != 1 {
+				t.Errorf("pid counts %v, want only %d: %d", pids, a.PID(), threads*calls)
 			}
 			tids := readHash(t, coll.Maps["tid_counts"])
 			if len(tids) != threads {
@@ -234,17 +206,17 @@ func TestFilterThreads(t *testing.T) {
 			// Change the set while attached.
 			c := startWaiting(t, bin, threads, calls)
 			d := startWaiting(t, bin, threads, calls)
-			if err := f.Replace([]int{a.pid()}, []int{d.pid()}); err != nil {
+			if err := f.Replace([]int{a.PID()}, []int{d.PID()}); err != nil {
 				t.Fatal(err)
 			}
-			if got, err := f.PIDs(); err != nil || len(got) != 1 || got[0] != d.pid() {
-				t.Errorf("PIDs() = %v, %v; want [%d]", got, err, d.pid())
+			if got, err := f.PIDs(); err != nil || len(got) != 1 || got[0] != d.PID() {
+				t.Errorf("PIDs() = %v, %v; want [%d]", got, err, d.PID())
 			}
-			c.run(t)
-			d.run(t)
+			run(t, c)
+			run(t, d)
 			pids = readHash(t, coll.Maps["pid_counts"])
-			if pids[uint32(d.pid())] != threads*calls || pids[uint32(a.pid())] != threads*calls || len(pids) != 2 {
-				t.Errorf("after Replace to %d: pid counts %v, want %d and %d with %d each", d.pid(), pids, a.pid(), d.pid(), threads*calls)
+			if pids[uint32(d.PID())] != threads*calls || pids[uint32(a.PID())] != threads*calls || len(pids) != 2 {
+				t.Errorf("after Replace to %d: pid counts %v, want %d and %d with %d each", d.PID(), pids, a.PID(), d.PID(), threads*calls)
 			}
 
 			// AllPIDs lets every process through, beside the set.
@@ -252,10 +224,10 @@ func TestFilterThreads(t *testing.T) {
 			if err := f.Acquire(pidfilter.AllPIDs); err != nil {
 				t.Fatal(err)
 			}
-			e.run(t)
+			run(t, e)
 			pids = readHash(t, coll.Maps["pid_counts"])
-			if pids[uint32(e.pid())] != threads*calls || len(pids) != 3 {
-				t.Errorf("with AllPIDs held: pid counts %v, want %d with %d beside the earlier two", pids, e.pid(), threads*calls)
+			if pids[uint32(e.PID())] != threads*calls || len(pids) != 3 {
+				t.Errorf("with AllPIDs held: pid counts %v, want %d with %d beside the earlier two", pids, e.PID(), threads*calls)
 			}
 
 			if err := l.Close(); err != nil {
@@ -285,10 +257,10 @@ func TestWithoutFilter(t *testing.T) {
 	b := startWaiting(t, bin, 2, 10)
 	l := attachPath(t, p, coll.Programs["filtered_entry"], attach.Target{Path: bin, Offsets: []uint64{offs["mt_func"]}}, 0)
 	defer l.Close()
-	a.run(t)
-	b.run(t)
+	run(t, a)
+	run(t, b)
 	pids := readHash(t, coll.Maps["pid_counts"])
-	if pids[uint32(a.pid())] != 20 || pids[uint32(b.pid())] != 20 {
-		t.Errorf("pid counts %v, want %d and %d with 20 each", pids, a.pid(), b.pid())
+	if pids[uint32(a.PID())] != 20 || pids[uint32(b.PID())] != 20 {
+		t.Errorf("pid counts %v, want %d and %d with 20 each", pids, a.PID(), b.PID())
 	}
 }

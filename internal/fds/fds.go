@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -51,4 +52,49 @@ func OpenRegular(path string) (*os.File, error) {
 		return nil, fmt.Errorf("%s: %w", path, ErrNotRegular)
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// ErrBudget: an attach needs more file descriptors than RLIMIT_NOFILE's
+// hard limit allows. Package fallback exports it as ErrFDBudget.
+var ErrBudget = errors.New("not enough file descriptors for per-site uprobes")
+
+// slack covers the descriptors cilium/ebpf opens for a moment while
+// attaching (feature probes, the binary) and those other goroutines may open
+// meanwhile.
+const slack = 64
+
+var rlimitMu sync.Mutex
+
+// Ensure makes sure the process can open need more descriptors, for what
+// (such as "100 per-site uprobes"), before anything is made: it raises the
+// soft RLIMIT_NOFILE up to the hard limit if the soft one is too low, and
+// fails with ErrBudget if even the hard limit is. Running out part way
+// would fail with EMFILE wherever it happened to, and cilium/ebpf caches
+// some feature probes that fail so as unsupported features.
+func Ensure(need int, what string) error {
+	open, err := Count()
+	if err != nil {
+		return fmt.Errorf("counting open file descriptors: %w", err)
+	}
+	want := uint64(open) + uint64(need) + slack
+
+	rlimitMu.Lock()
+	defer rlimitMu.Unlock()
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err)
+	}
+	if lim.Cur >= want {
+		return nil
+	}
+	if lim.Max < want {
+		return fmt.Errorf("%s need %d file descriptors (%d open, %d spare), but RLIMIT_NOFILE's hard limit is %d: "+
+			"raise it (ulimit -Hn, LimitNOFILE= in systemd) or attach fewer sites: %w",
+			what, need, open, slack, lim.Max, ErrBudget)
+	}
+	lim.Cur = lim.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return fmt.Errorf("raising the soft RLIMIT_NOFILE to %d for %d file descriptors: %w", lim.Max, need, err)
+	}
+	return nil
 }
