@@ -32,7 +32,8 @@ func TestSwapLoop(t *testing.T) {
 		const runs, calls = 25, 2
 		n := sitesFor(f, 20, 5)
 		// Two builds whose functions sit at other offsets.
-		a, b := testprogs.BuildTarget(t, n), testprogs.BuildTarget(t, 4*n)
+		// (Sizes the VM runner builds for its guests.)
+		a, b := testprogs.BuildTarget(t, n), testprogs.BuildTarget(t, sitesFor(f, 100, 20))
 		dir := t.TempDir()
 		path := filepath.Join(dir, "target")
 		spec, err := testprogs.CounterSpec()

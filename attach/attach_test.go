@@ -350,6 +350,7 @@ func TestFailuresLeaveNothing(t *testing.T) {
 		opts    *Options
 		is      []error
 		says    []string
+		session bool // needs uprobe sessions (6.13)
 	}{{
 		name:    "second binary missing",
 		targets: []Target{{Path: path, Offsets: offsets}, {Path: missing, Offsets: offsets}},
@@ -372,6 +373,7 @@ func TestFailuresLeaveNothing(t *testing.T) {
 		opts:    &Options{Session: true},
 		is:      []error{ErrWrongProgram},
 		says:    []string{"uprobe.session"},
+		session: true,
 	}, {
 		name:    "kernel refuses the second link",
 		targets: []Target{{Path: path, Offsets: offsets, RefCtrOffsets: refA}, {Path: path, Offsets: offsets, RefCtrOffsets: refB}},
@@ -433,6 +435,10 @@ func TestFailuresLeaveNothing(t *testing.T) {
 		is:      []error{ErrSessionUnsupported},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.session {
+				f, _ := kernelprobe.Detect()
+				testutil.RequireKernelFeature(t, f.UprobeSession, "uprobe sessions")
+			}
 			prog := tc.prog
 			if prog == nil {
 				prog = c.CountEntry

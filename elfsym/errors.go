@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/multiprobe/multiprobe/internal/fds"
+	"github.com/multiprobe/multiprobe/internal/glob"
 )
 
 var (
@@ -24,8 +25,10 @@ var (
 	// characters) names two non-weak definitions at different addresses.
 	// The error is an *AmbiguousError.
 	ErrAmbiguous = errors.New("ambiguous symbol")
-	// ErrBadPattern is returned for a malformed pattern.
-	ErrBadPattern = errors.New("bad pattern")
+	// ErrBadPattern is returned for a malformed pattern: an unclosed '[',
+	// an empty pattern or version, only exclusions. It is the error of the
+	// glob matcher that elfsym and usdt share.
+	ErrBadPattern = glob.ErrBadPattern
 	// ErrNotFound is returned when a bare library or program name is found
 	// neither through the dynamic loader's cache and directories nor in
 	// $PATH. It wraps fs.ErrNotExist too.

@@ -190,13 +190,13 @@ func compile(patterns []string) (*matcher, error) {
 			}
 			v, err := glob.Compile(verPart)
 			if err != nil {
-				return nil, fmt.Errorf("%w: %w", ErrBadPattern, err)
+				return nil, err
 			}
 			np.version = v
 		}
 		n, err := glob.Compile(namePart)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadPattern, err)
+			return nil, err
 		}
 		np.name = n
 		var b [8]byte

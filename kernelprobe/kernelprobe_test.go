@@ -280,17 +280,13 @@ func FuzzParseForce(f *testing.F) {
 	})
 }
 
-// expectFeaturesEnv names the statement of what the kernel under test must
-// have, as the old-kernel runner writes it for each series:
-// "cookies=0 uprobe_multi=0 ...". A guest kernel that silently had more or
-// less would test another path than the run means to.
-const expectFeaturesEnv = "MULTIPROBE_EXPECT_FEATURES"
-
 // checkStatedFeatures fails t for every feature of f that differs from
-// the statement in expectFeaturesEnv, if the run made one.
+// the statement in testutil.ExpectFeaturesEnv, if the run made one: a
+// guest kernel that silently had more or less would test another path
+// than the run means to, and tests skip for a lack the statement names.
 func checkStatedFeatures(t *testing.T, f Features) {
 	t.Helper()
-	stated := os.Getenv(expectFeaturesEnv)
+	stated := os.Getenv(testutil.ExpectFeaturesEnv)
 	if stated == "" {
 		return
 	}
@@ -306,11 +302,11 @@ func checkStatedFeatures(t *testing.T, f Features) {
 		name, val, ok := strings.Cut(kv, "=")
 		got, known := have[name]
 		if !ok || !known || (val != "0" && val != "1") {
-			t.Errorf("%s: cannot read %q (want NAME=0 or NAME=1, NAME one of %v)", expectFeaturesEnv, kv, slices.Sorted(maps.Keys(have)))
+			t.Errorf("%s: cannot read %q (want NAME=0 or NAME=1, NAME one of %v)", testutil.ExpectFeaturesEnv, kv, slices.Sorted(maps.Keys(have)))
 			continue
 		}
 		if want := val == "1"; got != want {
-			t.Errorf("kernel %s: %s is %v, but the run states %s (%s)", f.Release, name, got, kv, expectFeaturesEnv)
+			t.Errorf("kernel %s: %s is %v, but the run states %s (%s)", f.Release, name, got, kv, testutil.ExpectFeaturesEnv)
 		}
 	}
 }

@@ -21,17 +21,24 @@ func ExpectPath(t testing.TB, got string) {
 	}
 }
 
+// ExpectFeaturesEnv names the statement of what the kernel under test has,
+// which the VM runner writes for each kernel series ("cookies=0
+// uprobe_multi=0 ..."); kernelprobe's TestDetect fails unless detection
+// finds exactly that.
+const ExpectFeaturesEnv = "MULTIPROBE_EXPECT_FEATURES"
+
 // RequireKernelFeature skips t when the kernel lacks a feature that the
-// test exercises, if the run says it targets an older kernel
-// (ExpectPathEnv=perf_event); otherwise a missing feature is a missing
-// requirement, which fails in CI.
+// test exercises, if the run states what its kernel has (ExpectFeaturesEnv,
+// which TestDetect holds detection to, so a lack is a stated one) or says
+// it targets an older kernel (ExpectPathEnv=perf_event); otherwise a
+// missing feature is a missing requirement, which fails in CI.
 func RequireKernelFeature(t testing.TB, have bool, what string) {
 	t.Helper()
 	if have {
 		return
 	}
-	if os.Getenv(ExpectPathEnv) == "perf_event" {
-		t.Skipf("kernel has no %s (old-kernel run)", what)
+	if os.Getenv(ExpectFeaturesEnv) != "" || os.Getenv(ExpectPathEnv) == "perf_event" {
+		t.Skipf("kernel has no %s (a kernel series without it)", what)
 	}
 	Unavailable(t, "kernel has no %s", what)
 }
