@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -91,6 +90,12 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if *pid != 0 && len(command) > 0 {
 		return usagef("--pid and a command exclude each other: the command's pid is used")
 	}
+	if *duration < 0 {
+		return usagef("--duration %v: want a positive duration", *duration)
+	}
+	if command != nil && len(command) == 0 {
+		return usagef(`"--" with no command after it`)
+	}
 	probes, err := multiprobe.ParseProbes(specs...)
 	if err != nil {
 		return usagef("%v", err)
@@ -158,19 +163,14 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		defer statsOff.Close()
 	}
 
-	start := time.Now()
-	if child != nil {
-		err = child.count(plan, c.prog, stderr, *duration)
-	} else {
-		err = countWhile(plan, c.prog, *duration, stderr)
-	}
+	end, err := countUntil(plan, c.prog, child, opts.PID, *duration, stderr)
 	if c.stopHits != nil {
 		c.stopHits()
 	}
 	if err != nil {
 		return err
 	}
-	elapsed := time.Since(start)
+	elapsed := end.elapsed
 
 	report := countReport{Kernel: features.Release, Path: features.Path().String(), Sites: len(sites), Duration: elapsed}
 	counts := make([]uint64, len(sites))
@@ -225,7 +225,10 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(report)
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+		return end.status()
 	}
 	if report.HitsDropped > 0 {
 		fmt.Fprintf(stdout, "%d hits did not fit in the ring buffer and were not printed\n", report.HitsDropped)
@@ -243,27 +246,101 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if s := report.Stats; s != nil {
 		fmt.Fprintf(stdout, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)
 	}
+	return end.status()
+}
+
+// countEnd says how counting ended.
+type countEnd struct {
+	elapsed time.Duration // from attach to the end, detach not included
+	signal  os.Signal     // SIGINT or SIGTERM, if one ended it
+}
+
+// status is the command's exit status for the way counting ended: 0, or
+// 128 plus the signal's number, as a shell reports a command a signal
+// ended. The counts are printed either way.
+func (e countEnd) status() error {
+	if sig, ok := e.signal.(syscall.Signal); ok {
+		return &exitStatus{code: 128 + int(sig)}
+	}
 	return nil
 }
 
-// countWhile attaches and counts for duration, or until SIGINT or SIGTERM.
-func countWhile(plan *multiprobe.Plan, prog *ebpf.Program, duration time.Duration, stderr io.Writer) error {
+// countUntil attaches, resumes the command if there is one, and counts
+// until the first of: the command (or the --pid process) exits, duration
+// passes, or SIGINT or SIGTERM arrives. A command it started never
+// outlives it: at the deadline or on a signal it is ended (SIGTERM, then
+// SIGKILL after a grace period), and its Pdeathsig ends it if multiprobe
+// itself is killed. The probes are detached before it returns.
+func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand, pid int, duration time.Duration, stderr io.Writer) (end countEnd, err error) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	l, err := plan.Attach(prog)
 	if err != nil {
-		return err
+		return end, err
 	}
 	defer l.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, duration)
-		defer cancel()
-	} else {
+	start := time.Now()
+	var exited <-chan error
+	switch {
+	case child != nil:
+		if exited, err = child.resume(); err != nil {
+			return end, err
+		}
+	case pid != 0:
+		exited = processExit(pid)
+	case duration == 0:
 		fmt.Fprintf(stderr, "counting %d sites; Ctrl-C to stop\n", plan.Len())
 	}
-	<-ctx.Done()
-	return nil
+	var deadline <-chan time.Time
+	if duration > 0 {
+		deadline = time.After(duration)
+	}
+	select {
+	case err := <-exited:
+		if child != nil {
+			child.report(err, stderr)
+		} else {
+			fmt.Fprintf(stderr, "process %d exited\n", pid)
+		}
+	case <-deadline:
+		if child != nil {
+			fmt.Fprintf(stderr, "%s still running after %v: ending it; counts so far\n", child.name, duration)
+			child.stop(exited, stderr)
+		}
+	case end.signal = <-sigs:
+		fmt.Fprintf(stderr, "%v: detaching; counts so far\n", end.signal)
+		if child != nil {
+			child.stop(exited, stderr)
+		}
+	}
+	end.elapsed = time.Since(start)
+	return end, nil
+}
+
+// processExit returns a channel that receives when process pid exits:
+// through a pidfd (Linux 5.3+), or by polling where there is none.
+func processExit(pid int) <-chan error {
+	done := make(chan error, 1)
+	fd, err := unix.PidfdOpen(pid, 0)
+	go func() {
+		if err == nil {
+			defer unix.Close(fd)
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			for {
+				if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+					break
+				}
+			}
+			done <- nil
+			return
+		}
+		for unix.Kill(pid, 0) != unix.ESRCH {
+			time.Sleep(100 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	return done
 }
 
 // stoppedCommand is a command started under ptrace, stopped right after
@@ -282,7 +359,9 @@ func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*sto
 	if asJSON {
 		cmd.Stdout = stderr // keep stdout for the report
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	// Pdeathsig: if multiprobe is killed, so is the command (the thread
+	// that started it stays locked, so its death is multiprobe's).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", command[0], err)
 	}
@@ -306,37 +385,48 @@ func (c *stoppedCommand) abort() {
 	c.resumed = true
 }
 
-// count attaches, resumes the command and waits for it to exit (or for
-// duration).
-func (c *stoppedCommand) count(plan *multiprobe.Plan, prog *ebpf.Program, stderr io.Writer, duration time.Duration) error {
-	l, err := plan.Attach(prog)
-	if err != nil {
-		return err
-	}
-	defer l.Close()
+// resume lets the command run and returns a channel that receives its
+// exit.
+func (c *stoppedCommand) resume() (<-chan error, error) {
 	if err := unix.PtraceDetach(c.cmd.Process.Pid); err != nil {
-		return fmt.Errorf("resuming %s: %w", c.name, err)
+		return nil, fmt.Errorf("resuming %s: %w", c.name, err)
 	}
 	c.resumed = true
 	done := make(chan error, 1)
 	go func() { done <- c.cmd.Wait() }()
-	var timeout <-chan time.Time
-	if duration > 0 {
-		timeout = time.After(duration)
-	}
-	select {
-	case err := <-done:
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			return fmt.Errorf("waiting for %s: %w", c.name, err)
-		}
-		if ee != nil {
+	return done, nil
+}
+
+// report says how the command ended, if not with status 0.
+func (c *stoppedCommand) report(err error, stderr io.Writer) {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			fmt.Fprintf(stderr, "%s was killed by %v\n", c.name, ws.Signal())
+		} else {
 			fmt.Fprintf(stderr, "%s exited with status %d\n", c.name, ee.ExitCode())
 		}
-	case <-timeout:
-		fmt.Fprintf(stderr, "%s still running after %v; counts so far\n", c.name, duration)
+	default:
+		fmt.Fprintf(stderr, "waiting for %s: %v\n", c.name, err)
 	}
-	return nil
+}
+
+// stopGrace is how long the command has to exit after SIGTERM.
+const stopGrace = 2 * time.Second
+
+// stop ends the running command: SIGTERM, then SIGKILL if it has not exited
+// within stopGrace. exited is resume's channel.
+func (c *stoppedCommand) stop(exited <-chan error, stderr io.Writer) {
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-exited:
+		c.report(err, stderr)
+	case <-time.After(stopGrace):
+		c.cmd.Process.Kill()
+		c.report(<-exited, stderr)
+	}
 }
 
 // counter is the loaded counting program: count.c, or count_args.c with

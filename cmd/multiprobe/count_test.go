@@ -4,11 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
@@ -103,5 +110,154 @@ func TestUSDTList(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 0 || len(r.Probes) != 1 || len(r.Probes[0].Sites[0].Args) != 2 {
 		t.Errorf("JSON (%v, exit %d): %s", err, code, out)
+	}
+}
+
+// findProcess returns the pid of the process whose command line is args,
+// and its state letter from /proc/PID/stat, or 0.
+func findProcess(args ...string) (int, byte) {
+	want := strings.Join(args, "\x00") + "\x00"
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == want {
+			stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+			if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+				return pid, stat[i+2]
+			}
+			return pid, '?'
+		}
+	}
+	return 0, 0
+}
+
+// TestCountEnds checks how `count` ends: a command it started never
+// outlives it, a signal detaches and prints what was counted with exit
+// status 128+signal, and bad durations are usage errors.
+func TestCountEnds(t *testing.T) {
+	testutil.RequireBPF(t)
+	target := testprogs.PrivateTarget(t, 5)
+	probe := "uprobe:" + target + ":func_*"
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"negative duration", []string{"count", "--duration", "-1s", probe}},
+		{"-- without a command", []string{"count", probe, "--"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, errOut, code := runCLI(t, tc.args...); code != 2 {
+				t.Errorf("exit %d, want 2 (usage): %s", code, errOut)
+			}
+		})
+	}
+
+	t.Run("duration ends the command", func(t *testing.T) {
+		arg := "301.5" // a command line no other process has
+		start := time.Now()
+		_, errOut, code := runCLI(t, "count", "--duration", "500ms", probe, "--", sleep, arg)
+		if code != 0 || time.Since(start) > 10*time.Second {
+			t.Fatalf("exit %d after %v: %s", code, time.Since(start), errOut)
+		}
+		if pid, _ := findProcess(sleep, arg); pid != 0 {
+			t.Errorf("the command (pid %d) outlived count --duration: %s", pid, errOut)
+		}
+		if !strings.Contains(errOut, "killed by") {
+			t.Errorf("stderr does not say the command was ended: %s", errOut)
+		}
+	})
+
+	t.Run("--pid process exits", func(t *testing.T) {
+		cmd := exec.Command(sleep, "0.5")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go cmd.Wait()
+		start := time.Now()
+		_, errOut, code := runCLI(t, "count", "--pid", strconv.Itoa(cmd.Process.Pid), probe)
+		if code != 0 || time.Since(start) > 10*time.Second || !strings.Contains(errOut, "exited") {
+			t.Errorf("exit %d after %v: %s", code, time.Since(start), errOut)
+		}
+	})
+
+	t.Run("SIGINT", func(t *testing.T) {
+		// While this test holds SIGINT too, the signal cannot end the
+		// test binary, whenever it arrives.
+		held := make(chan os.Signal, 1)
+		signal.Notify(held, os.Interrupt)
+		defer signal.Stop(held)
+		arg := "302.5"
+		type result struct {
+			out, errOut string
+			code        int
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, errOut, code := runCLI(t, "count", probe, "--", sleep, arg)
+			done <- result{out, errOut, code}
+		}()
+		// The command runs (not stopped for tracing) once the probes are
+		// attached.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, state := findProcess(sleep, arg); state == 'S' || state == 'R' {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the command never ran")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		unix.Kill(os.Getpid(), unix.SIGINT)
+		r := <-done
+		if r.code != 130 || !strings.Contains(r.out, "calls to 0 of 5 sites") {
+			t.Errorf("exit %d, want 130 and the report; stdout:\n%s\nstderr:\n%s", r.code, r.out, r.errOut)
+		}
+		if pid, _ := findProcess(sleep, arg); pid != 0 {
+			t.Errorf("the command (pid %d) outlived count's SIGINT", pid)
+		}
+	})
+}
+
+// TestFIFOs gives every command a FIFO where a binary or object belongs:
+// each must fail at once, naming it, never block on it.
+func TestFIFOs(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"list", fifo, "*"},
+		{"usdt", fifo},
+		{"count", "--duration", "1s", "uprobe:" + fifo + ":f"},
+		{"load", fifo},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			type result struct {
+				errOut string
+				code   int
+			}
+			done := make(chan result, 1)
+			go func() {
+				_, errOut, code := runCLI(t, args...)
+				done <- result{errOut, code}
+			}()
+			select {
+			case r := <-done:
+				if r.code != 1 || !strings.Contains(r.errOut, "not a regular file") || !strings.Contains(r.errOut, fifo) {
+					t.Errorf("exit %d: %s; want 1 and an error naming the FIFO as not a regular file", r.code, r.errOut)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("blocked on the FIFO")
+			}
+		})
 	}
 }

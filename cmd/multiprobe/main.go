@@ -25,6 +25,12 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
+// exitStatus is returned by a subcommand that did its work but must exit
+// with a status other than 0, such as 130 after SIGINT; it prints nothing.
+type exitStatus struct{ code int }
+
+func (e *exitStatus) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
 func usagef(format string, args ...any) error {
 	return &usageError{fmt.Sprintf(format, args...)}
 }
@@ -48,9 +54,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	err := cmd.run(args[1:], stdout, stderr)
 	var ue *usageError
+	var es *exitStatus
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &es):
+		return es.code
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.As(err, &ue):
