@@ -68,9 +68,11 @@ type progStats struct {
 }
 
 func runCount(args []string, stdout, stderr io.Writer) error {
-	// The command's output and the hits printed with --args share stdout
-	// from two goroutines.
-	stdout = &syncWriter{w: stdout}
+	// The hits printed with --args and the report share stdout from two
+	// goroutines; the command's output goes to the same places (as the
+	// files themselves where they are files, so that it sees a terminal).
+	rawStdout, rawStderr := stdout, stderr
+	stdout, stderr = &syncWriter{w: stdout}, &syncWriter{w: stderr}
 	fs := newFlagSet("count", stderr)
 	pid := fs.Int("pid", 0, "count only calls made by this process")
 	duration := fs.Duration("duration", 0, "count for this long (default: until the command exits, or Ctrl-C)")
@@ -114,7 +116,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		// until the child is resumed.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if child, err = startStopped(command, stdout, stderr, *asJSON); err != nil {
+		if child, err = startStopped(command, childWriter(rawStdout, stdout), childWriter(rawStderr, stderr), *asJSON); err != nil {
 			return err
 		}
 		defer child.abort()
@@ -513,6 +515,15 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, stdout io.Writer, asJ
 		}
 		fmt.Fprintln(stdout)
 	}
+}
+
+// childWriter is what a command's output is written to: the file itself,
+// if raw is one, else synced, which serialises it with ours.
+func childWriter(raw, synced io.Writer) io.Writer {
+	if f, ok := raw.(*os.File); ok {
+		return f
+	}
+	return synced
 }
 
 // syncWriter serialises writes from several goroutines.
