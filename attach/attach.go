@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -260,6 +261,13 @@ func (l *Link) Close() error {
 	}
 	l.closed = true
 	var errs []error
+	ids := make([]link.ID, 0, len(l.files))
+	for _, f := range l.files {
+		if info, err := queryInfo(int(f.Fd())); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	defer bpfsys.WaitLinksFreed(ids)
 	for i := len(l.files) - 1; i >= 0; i-- {
 		if err := l.files[i].Close(); err != nil {
 			errs = append(errs, fmt.Errorf("attach: close link for %s: %w", l.targets[l.spans[i].target].Path, err))

@@ -3,9 +3,11 @@ package fallback
 import (
 	"errors"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 )
 
 // Detaching a per-site uprobe has two parts with different costs (measured
@@ -36,6 +38,7 @@ const perfCloseWorkers = 4
 // every perf event.
 func closeLinks(links []link.Link) error {
 	events := make([]*os.File, len(links))
+	ids := make([]link.ID, len(links))
 	errs := make([]error, 2*len(links))
 	parallel(len(links), linkCloseWorkers, func(i int) {
 		lk := links[i]
@@ -46,8 +49,12 @@ func closeLinks(links []link.Link) error {
 				events[i] = f
 			}
 		}
+		if info, err := lk.Info(); err == nil {
+			ids[i] = info.ID // a BPF perf link (5.15+)
+		}
 		errs[i] = lk.Close()
 	})
+	bpfsys.WaitLinksFreed(slices.DeleteFunc(ids, func(id link.ID) bool { return id == 0 }))
 	parallel(len(links), perfCloseWorkers, func(i int) {
 		if events[i] != nil {
 			errs[len(links)+i] = events[i].Close()
