@@ -35,7 +35,9 @@ func init() {
 }
 
 type countedSite struct {
-	Probe    string `json:"probe"`
+	// Probe is the index of the site's probe spec in countReport.Probes:
+	// a spec of thousands of patterns is written once, not once a row.
+	Probe    int    `json:"probe"`
 	Function string `json:"function"`
 	Path     string `json:"path"`
 	Offset   uint64 `json:"offset"`
@@ -46,6 +48,8 @@ type countedSite struct {
 }
 
 type countReport struct {
+	// Probes are the probe specs as given, which rows name by index.
+	Probes   []string      `json:"probes"`
 	Kernel   string        `json:"kernel"`
 	Path     string        `json:"path"`
 	Sites    int           `json:"sites"`
@@ -184,6 +188,13 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	// A USDT probe inlined at many places has many sites: count it once,
 	// under its first site's offset.
 	usdtRow := map[string]int{}
+	probeIndex := make(map[*multiprobe.Probe]int, len(probes))
+	for _, s := range sites {
+		if _, ok := probeIndex[s.Probe]; !ok {
+			probeIndex[s.Probe] = len(report.Probes)
+			report.Probes = append(report.Probes, s.Probe.String())
+		}
+	}
 	for i, s := range sites {
 		report.Calls += counts[i]
 		if counts[i] == 0 {
@@ -200,7 +211,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 			usdtRow[key] = len(report.Counts)
 		}
 		report.Counts = append(report.Counts, countedSite{
-			Probe: s.Probe.String(), Function: s.Name, Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
+			Probe: probeIndex[s.Probe], Function: s.Name, Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
 		})
 	}
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -259,5 +260,45 @@ func TestFIFOs(t *testing.T) {
 				t.Fatal("blocked on the FIFO")
 			}
 		})
+	}
+}
+
+// TestCountBigSpec counts with one spec of 10,000 patterns over 100
+// functions: the report must grow with the sites, not with sites × the
+// spec's length (each row once repeated the whole spec: 1 GB for this).
+func TestCountBigSpec(t *testing.T) {
+	testutil.RequireBPF(t)
+	const n = 100
+	target := testprogs.PrivateTarget(t, n)
+	pats := make([]string, 10_000)
+	for i := range pats {
+		pats[i] = fmt.Sprintf("func_%03d*", i%1000) // each matches some of the 100, or none
+	}
+	pats[0] = "func_*"
+	spec := "uprobe:" + target + ":" + strings.Join(pats, ",")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	out, errOut, code := runCLI(t, "count", "--json", spec, "--", target, "1")
+	runtime.ReadMemStats(&after)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r countReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Probes) != 1 || len(r.Counts) != n {
+		t.Fatalf("%d probes, %d rows; want 1 and %d", len(r.Probes), len(r.Counts), n)
+	}
+	for _, c := range r.Counts {
+		if c.Probe != 0 {
+			t.Fatalf("row %s names probe %d, want 0", c.Function, c.Probe)
+		}
+	}
+	if limit := 2*len(spec) + 64<<10; len(out) > limit {
+		t.Errorf("report of %d bytes for a %d-byte spec and %d rows, want under %d", len(out), len(spec), n, limit)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
+		t.Errorf("count allocated %d MB, want under 64", alloc>>20)
 	}
 }
