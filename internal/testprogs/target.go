@@ -2,6 +2,7 @@ package testprogs
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -233,15 +235,28 @@ func buildCached(name string, units []unit, flags []string) (string, error) {
 	return bin, nil
 }
 
+// CCEnv and CCFlagsEnv name a compiler, and flags of its own, to build the
+// targets with instead of gcc: the VM runner builds a guest's targets for
+// another architecture with a cross compiler (aarch64-linux-gnu-gcc, with
+// an include directory holding <sys/sdt.h>). Neither is part of a build's
+// cache key, so that the guest, which has no compiler, finds what the host
+// built under the name it would have built itself.
+const (
+	CCEnv      = "MULTIPROBE_CC"
+	CCFlagsEnv = "MULTIPROBE_CC_FLAGS"
+)
+
 func runGCC(args []string) error {
-	cmd := exec.Command("gcc", args...)
+	cc := cmp.Or(os.Getenv(CCEnv), "gcc")
+	args = append(strings.Fields(os.Getenv(CCFlagsEnv)), args...)
+	cmd := exec.Command(cc, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
-			return fmt.Errorf("testprogs: gcc: %w", os.ErrNotExist)
+			return fmt.Errorf("testprogs: %s: %w", cc, os.ErrNotExist)
 		}
-		return fmt.Errorf("testprogs: gcc %v: %w\n%s", args, err, out.Bytes())
+		return fmt.Errorf("testprogs: %s %v: %w\n%s", cc, args, err, out.Bytes())
 	}
 	return nil
 }
