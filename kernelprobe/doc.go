@@ -40,6 +40,8 @@
 //	      perf-event path, whose pid names one thread, pids are filtered
 //	      inside BPF (package pidfilter)
 //	6.12  every program in one PROG_ARRAY must share its expected attach
-//	      type (package load refuses or splits such maps)
+//	      type (package load probes for it, since stable kernels carry the
+//	      rule back: Debian's 6.1 has it, its 5.10 not; it refuses or
+//	      splits such maps)
 //	6.13  uprobe sessions: one program at entry and return (UprobeSession)
 package kernelprobe

@@ -38,7 +38,7 @@ func diagnose(j *job, maps map[string]*ebpf.Map) []string {
 		case ok && owner != j.orig.Type:
 			causes = append(causes, fmt.Sprintf("tail-call map %s belongs to %s programs (the type of its first user), and this program is %s: give it a tail-call map of its own", name, owner, j.orig.Type))
 		case ok:
-			weak = append(weak, fmt.Sprintf("tail-call map %s belongs to %s programs like this one, but its first user may have had another expected attach type than this program's %s (Linux 6.12 and later require one; the kernel does not show it): load every program that calls through %s with one attach type", name, owner, attachName(j.attach), name))
+			weak = append(weak, fmt.Sprintf("tail-call map %s belongs to %s programs like this one, but its first user may have had another expected attach type than this program's %s (kernels from Linux 6.12, and stable ones with its fix, require one; the kernel does not show it): load every program that calls through %s with one attach type", name, owner, attachName(j.attach), name))
 		default:
 			weak = append(weak, fmt.Sprintf("tail-call map %s: its owner could not be read (%s)", name, "/proc/self/fdinfo"))
 		}

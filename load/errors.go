@@ -13,7 +13,8 @@ import (
 var (
 	// ErrTailCallMix is wrapped by a [*TailCallMixError]: programs sharing a
 	// tail-call map (PROG_ARRAY) would load with different program types
-	// or, on Linux 6.12 and later, different expected attach types.
+	// or, where the kernel requires it (Linux 6.12, and stable kernels with
+	// the fix), different expected attach types.
 	ErrTailCallMix = errors.New("programs sharing a tail-call map need one program type and expected attach type")
 
 	// ErrAfterVerification is wrapped by the [ProgramError] of a program the

@@ -344,7 +344,7 @@ func newLoader(opts *Options) (*loader, error) {
 	return &loader{
 		o:           o,
 		jobs:        jobs,
-		attachTypes: tailCallAttachTypes(kernelRelease()),
+		attachTypes: tailCallAttachTypes(),
 		cache:       cache,
 		start:       time.Now(),
 		prof: &Profile{

@@ -107,12 +107,14 @@ func TestProfileConsistent(t *testing.T) {
 	var work, longest time.Duration
 	first, last := prof.Programs[0].Start, time.Duration(0)
 	ranks := map[int]bool{}
+	counted := kernelCountsVerified(t)
 	for _, pp := range prof.Programs {
 		work += pp.Wall()
 		longest = max(longest, pp.Wall())
 		first, last = min(first, pp.Start), max(last, pp.End)
 		ranks[pp.Rank] = true
-		if pp.Verified < uint32(pp.Instructions)/2 || pp.Attempts != 1 || pp.Verify <= 0 {
+		// Kernels before 5.16 do not count verified instructions.
+		if (counted && pp.Verified < uint32(pp.Instructions)/2) || pp.Attempts != 1 || pp.Verify <= 0 {
 			t.Errorf("%s: verified %d of %d insns in %v, %d attempts", pp.Name, pp.Verified, pp.Instructions, pp.Verify, pp.Attempts)
 		}
 	}
@@ -366,7 +368,12 @@ func TestTailCallAttachTypes(t *testing.T) {
 		t.Errorf("jmp[0] holds program %d, want callee %d", id, want)
 	}
 
-	// A mix is refused before anything is created.
+	// A mix is refused before anything is created, where the kernel
+	// would refuse it (Linux 6.12, and stable kernels with the fix).
+	if !tailCallAttachTypes() {
+		t.Log("this kernel takes a mix of attach types in one prog array")
+		return
+	}
 	before, _ := testutil.OpenFDs()
 	mix := func(name string, spec *ebpf.ProgramSpec) ebpf.AttachType {
 		if name == "caller" {
@@ -561,4 +568,22 @@ func TestCollectionFromELF(t *testing.T) {
 			t.Errorf("counts[%d] = %d, want %d (tail call taken?)", k, got, want)
 		}
 	}
+}
+
+// kernelCountsVerified reports whether the kernel reports how many
+// instructions it verified for a program (Linux 5.16).
+func kernelCountsVerified(t *testing.T) bool {
+	t.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok := info.VerifiedInstructions()
+	return ok
 }

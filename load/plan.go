@@ -123,7 +123,7 @@ func (e *TailCallMixError) Error() string {
 	}
 	what := "program type"
 	if e.attachTypes {
-		what = "program type and expected attach type (Linux 6.12 and later)"
+		what = "program type and expected attach type (Linux 6.12, and stable kernels with the fix)"
 	}
 	fmt.Fprintf(&b, ": %v; the kernel gives a PROG_ARRAY the %s of its first user and rejects the others after verification, so which group failed would depend on load timing", ErrTailCallMix, what)
 	if e.Reason != "" {
@@ -378,28 +378,4 @@ func cachedCosts(c *CostCache, jobs []*job) {
 			j.cost = float64(len(j.orig.Instructions)) * rate
 		}
 	}
-}
-
-// tailCallAttachTypes reports whether kernel release rel ("6.12.3-...")
-// requires the programs of one PROG_ARRAY to share their expected attach
-// type, which Linux does since 6.12. An unreadable release counts as a new
-// kernel: refusing a mix that would have loaded is better than loading a
-// mix whose second half fails after verification.
-func tailCallAttachTypes(rel string) bool {
-	major, rest, _ := strings.Cut(rel, ".")
-	ma, err1 := strconv.Atoi(major)
-	mi, err2 := strconv.Atoi(leadingDigits(rest))
-	if err1 != nil || err2 != nil {
-		return true
-	}
-	return ma > 6 || ma == 6 && mi >= 12
-}
-
-func leadingDigits(s string) string {
-	for i, r := range s {
-		if r < '0' || r > '9' {
-			return s[:i]
-		}
-	}
-	return s
 }
