@@ -130,6 +130,7 @@ func (pl *Plan) checkSession() error {
 //     program per site carries the site's cookie (see Clones).
 type Link struct {
 	plan    *Plan
+	prog    *ebpf.Program // as given to Attach
 	path    kernelprobe.Path
 	links   []*attach.Link   // uprobe_multi path
 	perSite []*fallback.Link // perf-event path
@@ -169,7 +170,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 			return nil, err
 		}
 	}
-	l := &Link{plan: pl, path: pl.features.Path()}
+	l := &Link{plan: pl, path: pl.features.Path(), prog: prog}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Close())
@@ -272,6 +273,17 @@ func (l *Link) Path() kernelprobe.Path { return l.path }
 // Links returns the underlying uprobe_multi links, for their kernel info;
 // none on the perf-event path.
 func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
+
+// Programs returns the programs attached to the sites: the one given to
+// Attach, or the link's copies of it (see Link), whose run-time statistics
+// (ebpf.Program.Stats) are where the runs are counted. They are the
+// link's: do not close them, and read them before Close.
+func (l *Link) Programs() []*ebpf.Program {
+	if len(l.clones) > 0 {
+		return slices.Clone(l.clones)
+	}
+	return []*ebpf.Program{l.prog}
+}
 
 // Clones returns how many copies of the program the link loaded and holds:
 // one per site on a kernel without BPF cookies (before Linux 5.15), for a

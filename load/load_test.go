@@ -107,7 +107,7 @@ func TestProfileConsistent(t *testing.T) {
 	var work, longest time.Duration
 	first, last := prof.Programs[0].Start, time.Duration(0)
 	ranks := map[int]bool{}
-	counted := kernelCountsVerified(t)
+	counted := testutil.KernelCountsVerified(t)
 	for _, pp := range prof.Programs {
 		work += pp.Wall()
 		longest = max(longest, pp.Wall())
@@ -568,22 +568,4 @@ func TestCollectionFromELF(t *testing.T) {
 			t.Errorf("counts[%d] = %d, want %d (tail call taken?)", k, got, want)
 		}
 	}
-}
-
-// kernelCountsVerified reports whether the kernel reports how many
-// instructions it verified for a program (Linux 5.16).
-func kernelCountsVerified(t *testing.T) bool {
-	t.Helper()
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	info, err := p.Info()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ok := info.VerifiedInstructions()
-	return ok
 }

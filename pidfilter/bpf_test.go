@@ -4,10 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -19,43 +15,11 @@ import (
 	"github.com/multiprobe/multiprobe/pidfilter"
 )
 
-var (
-	threadsOnce sync.Once
-	threadsDir  string
-	threadsBin  string
-	threadsErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if threadsDir != "" {
-		os.RemoveAll(threadsDir)
-	}
-	os.Exit(code)
-}
-
-// buildThreads compiles testdata/threads.c once per test binary into a
-// private directory: uprobes belong to the file, so no other test may run
-// it.
+// buildThreads returns a private copy of the threads target: uprobes
+// belong to the file, so no other test may run it.
 func buildThreads(t testing.TB) string {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	testutil.RequireTool(t, "gcc", err)
-	threadsOnce.Do(func() {
-		threadsDir, threadsErr = os.MkdirTemp("", "pidfilter-test-")
-		if threadsErr != nil {
-			return
-		}
-		threadsBin = filepath.Join(threadsDir, "threads")
-		out, err := exec.Command(gcc, "-O1", "-pthread", "-o", threadsBin, "testdata/threads.c").CombinedOutput()
-		if err != nil {
-			threadsErr = fmt.Errorf("gcc: %w\n%s", err, out)
-		}
-	})
-	if threadsErr != nil {
-		t.Fatal(threadsErr)
-	}
-	return threadsBin
+	return testprogs.PrivateCopy(t, testprogs.ThreadsTarget(t))
 }
 
 // startWaiting starts the threads target, which makes its calls, from
@@ -164,8 +128,8 @@ func TestFilterThreads(t *testing.T) {
 
 	for _, p := range []kernelprobe.Path{kernelprobe.PathUprobeMulti, kernelprobe.PathPerfEvent} {
 		t.Run(p.String(), func(t *testing.T) {
-			if p == kernelprobe.PathUprobeMulti && !feat.UprobeMulti {
-				testutil.Unavailable(t, "kernel %s has no uprobe_multi", feat.Release)
+			if p == kernelprobe.PathUprobeMulti {
+				testutil.RequireKernelFeature(t, feat.UprobeMulti, "uprobe_multi")
 			}
 			coll, f := loadFilteredColl(t, p, true)
 			prog := coll.Programs["filtered_entry"]

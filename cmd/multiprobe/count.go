@@ -218,10 +218,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function))
 	})
 	if *stats {
-		st, err := c.prog.Stats()
-		if err != nil {
-			return fmt.Errorf("--stats: %w", err)
-		}
+		st := end.stats
 		ps := &progStats{Runs: st.RunCount, Runtime: st.Runtime}
 		if ps.Runs > 0 {
 			ps.PerRunAvg = ps.Runtime / time.Duration(ps.Runs)
@@ -266,6 +263,11 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 type countEnd struct {
 	elapsed time.Duration // from attach to the end, detach not included
 	signal  os.Signal     // SIGINT or SIGTERM, if one ended it
+	// stats sum the run-time statistics of the attached programs, read
+	// before the detach: the link's copies of the program where it has
+	// any (a pid filter in BPF, or no BPF cookies), whose runs the loaded
+	// program's own statistics do not count.
+	stats ebpf.ProgramStats
 }
 
 // status is the command's exit status for the way counting ended: 0, or
@@ -328,6 +330,12 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		}
 	}
 	end.elapsed = time.Since(start)
+	for _, p := range l.Programs() {
+		if st, err := p.Stats(); err == nil {
+			end.stats.RunCount += st.RunCount
+			end.stats.Runtime += st.Runtime
+		}
+	}
 	return end, nil
 }
 

@@ -30,7 +30,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // counts against the calls the target makes.
 func TestCount(t *testing.T) {
 	testutil.RequireBPF(t)
-	const n, calls = 30, 2
+	const n, calls = 20, 2 // (a size the VM runner prebuilds)
 	target := testprogs.PrivateTarget(t, n)
 	out, errOut, code := runCLI(t, "count", "--json", "--stats", "uprobe:"+target+":func_*", "--", target, fmt.Sprint(calls))
 	if code != 0 {

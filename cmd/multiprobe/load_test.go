@@ -100,9 +100,11 @@ func TestLoadJSONAndCachedOrder(t *testing.T) {
 	if prof.Jobs != 2 || prof.Order != load.OrderGiven || len(prof.Programs) != len(loadTestPrograms) {
 		t.Fatalf("profile: jobs %d order %v, %d programs", prof.Jobs, prof.Order, len(prof.Programs))
 	}
+	counted := testutil.KernelCountsVerified(t)
 	for _, pp := range prof.Programs {
-		// The kernel's own count of the instructions it verified.
-		if pp.Verified == 0 || pp.Error != "" || pp.Cached {
+		// The kernel's own count of the instructions it verified, where
+		// it keeps one (Linux 5.16).
+		if (counted && pp.Verified == 0) || pp.Error != "" || pp.Cached {
 			t.Errorf("%s: verified %d, error %q, cached %v", pp.Name, pp.Verified, pp.Error, pp.Cached)
 		}
 	}

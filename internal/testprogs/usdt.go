@@ -123,3 +123,28 @@ func ReadInt64s(m *ebpf.Map, n int) ([]int64, error) {
 	}
 	return out, nil
 }
+
+//go:embed c/threads.c
+var threadsSource []byte
+
+// ThreadsTarget returns the path of the multi-threaded target
+// (c/threads.c), built on first use and cached like [Target]: with -wait
+// it prints "ready", and on a line makes its calls of mt_func from the
+// given number of threads. The pid filter's tests use it, since a
+// process's pid must admit every one of its threads.
+func ThreadsTarget(tb testing.TB) string {
+	tb.Helper()
+	path, err := BuildThreadsTarget()
+	if errors.Is(err, os.ErrNotExist) {
+		testutil.RequireTool(tb, "gcc", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// BuildThreadsTarget is ThreadsTarget outside a test.
+func BuildThreadsTarget() (string, error) {
+	return buildCached("threads", []unit{{name: "threads", src: threadsSource}}, []string{"-O1", "-pthread"})
+}

@@ -3,6 +3,9 @@ package testutil
 import (
 	"os"
 	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 )
 
 // ExpectPathEnv names the environment variable through which a test run
@@ -41,4 +44,23 @@ func RequireKernelFeature(t testing.TB, have bool, what string) {
 		t.Skipf("kernel has no %s (a kernel series without it)", what)
 	}
 	Unavailable(t, "kernel has no %s", what)
+}
+
+// KernelCountsVerified reports whether the kernel reports how many
+// instructions it verified for a program (Linux 5.16), which a test can
+// then expect to be more than 0.
+func KernelCountsVerified(tb testing.TB) bool {
+	tb.Helper()
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, ok := info.VerifiedInstructions()
+	return ok
 }

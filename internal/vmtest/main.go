@@ -83,6 +83,7 @@ func prebuild(dst string, sizes []int) error {
 		testprogs.BuildUSDTTarget,
 		func() (string, error) { return testprogs.BuildSemaTarget(true) },
 		func() (string, error) { return testprogs.BuildSemaTarget(false) },
+		testprogs.BuildThreadsTarget,
 	}
 	for _, n := range sizes {
 		builds = append(builds, func() (string, error) { return testprogs.Target(n) })
