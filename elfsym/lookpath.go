@@ -37,18 +37,25 @@ func LookPathIn(root, name string) (string, error) {
 	if strings.Contains(name, "/") {
 		p := name
 		if root != "" {
-			p = filepath.Join(root, name)
+			p = inRoot(root, name)
 		}
-		if _, err := os.Stat(p); err != nil {
+		// Opened rather than stat'ed: inside /proc/PID/root, only the
+		// open resolves as the process would (fds.OpenRegular).
+		f, err := fds.OpenRegular(p)
+		if errors.Is(err, fds.ErrNotRegular) {
+			return p, nil // the caller reports it with the file's type
+		}
+		if err != nil {
 			return "", fmt.Errorf("target %s: %w", p, errors.Join(ErrNotFound, err))
 		}
+		f.Close()
 		return p, nil
 	}
 	if p, ok := ldCacheLookup(root, name); ok {
 		return p, nil
 	}
 	for _, dir := range libDirs() {
-		p := filepath.Join(root, dir, name)
+		p := inRoot(root, filepath.Join(dir, name))
 		if hostELF(p) {
 			return p, nil
 		}
@@ -66,6 +73,17 @@ func LookPathIn(root, name string) (string, error) {
 	}
 	return "", fmt.Errorf("target %q: %w in /etc/ld.so.cache, the library directories or $PATH: give its full path: %w",
 		name, ErrNotFound, fs.ErrNotExist)
+}
+
+// inRoot names p inside root: p is cleaned as an absolute path first, so
+// that no ".." in it (an ld.so.cache entry of a container, say) climbs out
+// of root; symbolic links inside root are confined when the file is opened
+// (fds.OpenRegular).
+func inRoot(root, p string) string {
+	if root == "" {
+		return p
+	}
+	return root + filepath.Clean("/"+p)
 }
 
 // libDirs are the directories the dynamic loader searches after its cache:
@@ -134,7 +152,7 @@ const maxLdCache = 16 << 20
 // ldCacheLookup finds name in root's /etc/ld.so.cache. Entries for other
 // architectures (a multilib i386 libc, say) are skipped by checking the file.
 func ldCacheLookup(root, name string) (string, bool) {
-	f, err := fds.OpenRegular(filepath.Join(root, "/etc/ld.so.cache"))
+	f, err := fds.OpenRegular(inRoot(root, "/etc/ld.so.cache"))
 	if err != nil {
 		return "", false
 	}
@@ -146,7 +164,7 @@ func ldCacheLookup(root, name string) (string, bool) {
 		return "", false
 	}
 	for _, p := range parseLdCache(data, name) {
-		p = filepath.Join(root, p)
+		p = inRoot(root, p)
 		if hostELF(p) {
 			return p, true
 		}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -37,8 +38,21 @@ var ErrNotRegular = errors.New("not a regular file")
 // does not block on a FIFO and does not make a terminal the controlling
 // one: the type is checked on the opened descriptor, so a file swapped in
 // between cannot slip past the check.
+//
+// A path into another process's root, /proc/PID/root/REST, is opened
+// inside that root (openat2 with RESOLVE_IN_ROOT, Linux 5.6): "..",
+// absolute symbolic links and absolute names in REST resolve as the
+// process itself would resolve them, never to the host's files, so a
+// container cannot choose which host file multiprobe reads or probes.
 func OpenRegular(path string) (*os.File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	flags := unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NONBLOCK | unix.O_NOCTTY
+	var fd int
+	var err error
+	if root, rest, ok := SplitProcRoot(path); ok {
+		fd, err = openInRoot(root, rest, flags)
+	} else {
+		fd, err = unix.Open(path, flags, 0)
+	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -97,4 +111,43 @@ func Ensure(need int, what string) error {
 		return fmt.Errorf("raising the soft RLIMIT_NOFILE to %d for %d file descriptors: %w", lim.Max, need, err)
 	}
 	return nil
+}
+
+// SplitProcRoot splits a path of the form /proc/PID/root/REST into the
+// root directory and REST, as written: before any cleaning, which would
+// let a ".." in REST climb out of the root.
+func SplitProcRoot(path string) (root, rest string, ok bool) {
+	after, found := strings.CutPrefix(path, "/proc/")
+	if !found {
+		return "", "", false
+	}
+	pid, tail, found := strings.Cut(after, "/")
+	if !found || pid == "" || strings.Trim(pid, "0123456789") != "" && pid != "self" {
+		return "", "", false
+	}
+	tail, found = strings.CutPrefix(tail, "root")
+	if !found || (tail != "" && tail[0] != '/') {
+		return "", "", false
+	}
+	return "/proc/" + pid + "/root", strings.TrimLeft(tail, "/"), true
+}
+
+// openInRoot opens rest inside the directory root, confined to it.
+func openInRoot(root, rest string, flags int) (int, error) {
+	dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(dir)
+	if rest == "" {
+		rest = "."
+	}
+	fd, err := unix.Openat2(dir, rest, &unix.OpenHow{
+		Flags:   uint64(flags),
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		return -1, fmt.Errorf("opening a file inside %s needs openat2 (Linux 5.6): %w", root, err)
+	}
+	return fd, err
 }

@@ -55,3 +55,24 @@ func TestOpenRegular(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitProcRoot(t *testing.T) {
+	for _, tc := range []struct {
+		path, root, rest string
+		ok               bool
+	}{
+		{"/proc/123/root/usr/lib/libc.so.6", "/proc/123/root", "usr/lib/libc.so.6", true},
+		{"/proc/123/root", "/proc/123/root", "", true},
+		{"/proc/self/root/../../etc/passwd", "/proc/self/root", "../../etc/passwd", true},
+		{"/proc/123/rootfs/x", "", "", false},
+		{"/proc/12a/root/x", "", "", false},
+		{"/proc//root/x", "", "", false},
+		{"/usr/lib/libc.so.6", "", "", false},
+		{"proc/123/root/x", "", "", false},
+	} {
+		root, rest, ok := SplitProcRoot(tc.path)
+		if root != tc.root || rest != tc.rest || ok != tc.ok {
+			t.Errorf("SplitProcRoot(%q) = %q, %q, %v; want %q, %q, %v", tc.path, root, rest, ok, tc.root, tc.rest, tc.ok)
+		}
+	}
+}
