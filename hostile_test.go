@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -233,6 +234,33 @@ func TestMisuse(t *testing.T) {
 		}
 	})
 
+	t.Run("pid of no program", func(t *testing.T) {
+		// A zombie (started, never waited for) and a kernel thread
+		// (kthreadd) exist but run no program: they would count nothing.
+		zombie := exec.Command("true")
+		if err := zombie.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer zombie.Wait()
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", zombie.Process.Pid))
+			if strings.Contains(string(stat), ") Z ") || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		for _, pid := range []int{zombie.Process.Pid, 2} {
+			pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Features: &f, PIDs: []int{pid}})
+			if err == nil {
+				pl.Close()
+				t.Fatalf("pid %d: resolved", pid)
+			}
+			if !errors.Is(err, unix.ESRCH) || !strings.Contains(err.Error(), "runs no program") {
+				t.Errorf("pid %d: %v, want ESRCH saying it runs no program", pid, err)
+			}
+		}
+	})
+
 	t.Run("pid filter not prepared", func(t *testing.T) {
 		self := os.Getpid()
 		pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Features: &f, PIDs: []int{self}})
@@ -286,7 +314,12 @@ func TestMisuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer socket.Close()
-		for _, prog := range []*ebpf.Program{nil, socket} {
+		closed, err := testprogs.LoadCounter(f.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed.Close()
+		for _, prog := range []*ebpf.Program{nil, socket, closed.CountEntry} {
 			l, err := pl.Attach(prog)
 			if err == nil {
 				l.Close()

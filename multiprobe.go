@@ -3,8 +3,10 @@ package multiprobe
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -354,6 +356,11 @@ func checkPID(pid int) error {
 	}
 	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("process %d does not exist: %w", pid, err)
+	}
+	// A zombie or a kernel thread exists but runs no program: it would
+	// count nothing, silently. Neither has an executable.
+	if _, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("process %d runs no program (it has exited, or it is a kernel thread): %w", pid, unix.ESRCH)
 	}
 	return nil
 }

@@ -118,6 +118,11 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 	if prog.Type() != ebpf.Kprobe {
 		return nil, fmt.Errorf("attach: program %v has type %v; uprobes need a Kprobe program: %w", prog, prog.Type(), ErrWrongProgram)
 	}
+	if prog.FD() < 0 {
+		// The kernel would say EBADF, which checkProgram takes for a
+		// path that is not a regular file.
+		return nil, fmt.Errorf("attach: program %v is closed: %w", prog, ErrWrongProgram)
+	}
 
 	f := opts.Features
 	if f == nil {
@@ -219,6 +224,11 @@ func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
 	return explainCommon(fmt.Sprintf("attach: checking program %v for %s", prog, kind), errno, 0)
 }
 
+// errENOTSUPP is the kernel's internal ENOTSUPP (524), which uprobe
+// registration returns for an instruction it cannot probe; x/sys/unix has
+// no name for it.
+const errENOTSUPP = unix.Errno(524)
+
 // explain turns the kernel's errno for a failed link into an error that
 // names the binary and says what to do.
 func explain(errno unix.Errno, kind string, t *Target, which string, first, end, pid int) error {
@@ -234,6 +244,9 @@ func explain(errno unix.Errno, kind string, t *Target, which string, first, end,
 	case unix.EINVAL:
 		return fmt.Errorf("%s: the kernel refused a site (offset not at an instruction boundary, "+
 			"or a ref-counter offset different from the one already registered at that offset): %w", where, errno)
+	case errENOTSUPP:
+		return fmt.Errorf("%s: the kernel cannot place a uprobe at a site (ENOTSUPP, errno 524: an instruction it cannot "+
+			"single-step or emulate there, as when the file changed since its offsets were resolved): resolve the sites again: %w", where, errno)
 	}
 	return explainCommon(where, errno, pid)
 }

@@ -45,8 +45,11 @@ func LookPathIn(root, name string) (string, error) {
 		if errors.Is(err, fds.ErrNotRegular) {
 			return p, nil // the caller reports it with the file's type
 		}
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("target %s: %w", p, errors.Join(ErrNotFound, err))
+		}
+		if err != nil {
+			return "", fmt.Errorf("target %s: %w", p, err) // EACCES, say: not "not found"
 		}
 		f.Close()
 		return p, nil

@@ -190,6 +190,9 @@ func checkType(prog *ebpf.Program) error {
 	if prog.Type() != ebpf.Kprobe {
 		return fmt.Errorf("fallback: program %v has type %v; uprobes need a Kprobe program: %w", prog, prog.Type(), target.ErrWrongProgram)
 	}
+	if prog.FD() < 0 {
+		return fmt.Errorf("fallback: program %v is closed: %w", prog, target.ErrWrongProgram)
+	}
 	return nil
 }
 
