@@ -45,6 +45,10 @@ type NoMatchError struct {
 	Patterns    []string // the patterns as given
 	Searched    int      // how many function symbols were searched
 	Suggestions []string // the closest names, best first, at most a few
+	// Stripped reports that the file has no symbol table at all (nor a
+	// Go .gopclntab); otherwise Searched == 0 means tables without
+	// functions, as in a data-only library.
+	Stripped bool
 }
 
 // Error names the file, the patterns, how many symbols were searched and
@@ -56,8 +60,11 @@ func (e *NoMatchError) Error() string {
 	if len(e.Suggestions) > 0 {
 		fmt.Fprintf(&b, " (closest: %s)", strings.Join(e.Suggestions, ", "))
 	}
-	if e.Searched == 0 {
+	switch {
+	case e.Stripped:
 		b.WriteString(" (the file has no symbol table: is it stripped?)")
+	case e.Searched == 0:
+		b.WriteString(" (its symbol tables name no functions: a data-only file?)")
 	}
 	return b.String()
 }

@@ -108,7 +108,8 @@ func (f *File) Select(patterns ...string) (*Selection, error) {
 	r := &resolver{f: f, m: m}
 	r.scan()
 	if r.n == 0 && !r.overflow {
-		return nil, &NoMatchError{Path: f.path, Patterns: patterns, Searched: r.searched, Suggestions: r.suggest()}
+		return nil, &NoMatchError{Path: f.path, Patterns: patterns, Searched: r.searched, Suggestions: r.suggest(),
+			Stripped: len(f.tables) == 0 && f.pclntab == nil}
 	}
 	r.sort()
 	r.aliases()
@@ -1042,7 +1043,8 @@ func (r *resolver) checkExact() (dropped bool, err error) {
 			// libbpf's attach by a list of names fails the same way,
 			// rather than attach the others and say nothing.
 			return false, &NoMatchError{Path: r.f.path, Patterns: []string{np.src}, Searched: r.searched,
-				Suggestions: (&resolver{f: r.f, m: &matcher{incl: []namePattern{*np}}}).suggest()}
+				Suggestions: (&resolver{f: r.f, m: &matcher{incl: []namePattern{*np}}}).suggest(),
+				Stripped:    len(r.f.tables) == 0 && r.f.pclntab == nil}
 		}
 		if len(strong) > 1 {
 			e := &AmbiguousError{Path: r.f.path, Name: np.src}

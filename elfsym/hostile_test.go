@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -137,3 +138,24 @@ func TestProcRootConfined(t *testing.T) {
 }
 
 func openConfined(path string) (*os.File, error) { return fds.OpenRegular(path) }
+
+// TestNoFunctionsMessage tells a file without symbol tables from one whose
+// tables name no functions (a data-only library).
+func TestNoFunctionsMessage(t *testing.T) {
+	gcc, err := exec.LookPath("gcc")
+	testutil.RequireTool(t, "gcc", err)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "data.c")
+	if err := os.WriteFile(src, []byte("int data_only = 1;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(dir, "libdata.so")
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-nostdlib", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	_, err = Resolve(lib, "f*")
+	var nm *NoMatchError
+	if !errors.As(err, &nm) || nm.Stripped || !strings.Contains(err.Error(), "data-only") {
+		t.Errorf("data-only library: %v, want a no-match error that says it names no functions", err)
+	}
+}
