@@ -167,6 +167,9 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 	if prog == nil {
 		return nil, fmt.Errorf("multiprobe: nil program: %w", attach.ErrWrongProgram)
 	}
+	if prog.FD() < 0 {
+		return nil, fmt.Errorf("multiprobe: program %v is closed: %w", prog, attach.ErrWrongProgram)
+	}
 	for _, of := range pl.files {
 		if err := of.changed(); err != nil {
 			return nil, err

@@ -91,7 +91,7 @@ func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 	defer pl.mu.Unlock()
 	for _, name := range progs {
 		p := cs.Programs[name]
-		ps := &preparedSpec{prog: p.Copy()}
+		ps := &preparedSpec{}
 		if sec != nil && references(p, cookieSection) {
 			if pl.n > MaxClones {
 				return fmt.Errorf("multiprobe: program %s reads its cookie with mp_cookie, and kernel %s has no BPF cookies (Linux 5.15+), "+
@@ -102,6 +102,7 @@ func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 		} else if pl.inBPFPIDs() == nil {
 			continue // attached as it is loaded
 		}
+		ps.prog = p.Copy()
 		pl.prepared = slices.DeleteFunc(pl.prepared, func(old *preparedSpec) bool { return old.prog.Name == p.Name })
 		pl.prepared = append(pl.prepared, ps)
 	}
