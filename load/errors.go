@@ -60,8 +60,36 @@ func newProgramError(name string, err error) *ProgramError {
 	// ebpf.NewCollectionWithOptions already prefixes the program's name;
 	// drop it so that the name appears once.
 	msg := strings.TrimPrefix(err.Error(), "program "+name+": ")
+	if errors.Is(err, unix.EPERM) {
+		msg = permissionMessage(msg)
+	}
 	return &ProgramError{Program: name, Err: err, msg: msg}
 }
+
+// permissionMessage replaces the hint cilium/ebpf gives for every EPERM,
+// the memlock rlimit, which since Linux 5.11 is never the cause (BPF
+// memory is charged to the memory cgroup), with what is missing.
+func permissionMessage(msg string) string {
+	msg, _, _ = strings.Cut(msg, " (MEMLOCK may be too low")
+	return msg + " (loading needs CAP_BPF, and CAP_PERFMON for tracing programs, or root)"
+}
+
+// withoutMemlockHint is err with permissionMessage's text where it is an
+// EPERM; it still wraps err.
+func withoutMemlockHint(err error) error {
+	if !errors.Is(err, unix.EPERM) {
+		return err
+	}
+	return &permError{msg: permissionMessage(err.Error()), err: err}
+}
+
+type permError struct {
+	msg string
+	err error
+}
+
+func (e *permError) Error() string { return e.msg }
+func (e *permError) Unwrap() error { return e.err }
 
 // Error names the program and says why it failed: for a verifier rejection
 // with the verifier's last lines but not its whole log, for a program

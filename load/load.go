@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 )
 
 // maxEAGAIN bounds the retries of a load interrupted by a signal. cilium/ebpf
@@ -158,7 +159,7 @@ func Collection(spec *ebpf.CollectionSpec, opts *Options) (*ebpf.Collection, *Pr
 		Cache:           l.cache,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("create maps: %w", err)
+		return nil, nil, fmt.Errorf("create maps: %w", withoutMemlockHint(err))
 	}
 	l.prof.Maps = time.Since(t0)
 
@@ -374,8 +375,11 @@ func (l *loader) prepare(jobs []*job) error {
 	// The memlock rlimit is process-wide: raising it per program would be
 	// wasted syscalls. RemoveMemlock does nothing on kernels since 5.11,
 	// which account BPF memory to the memory cgroup instead.
+	// Without the privilege to raise it (EPERM) the loads fail with EPERM
+	// too, and their errors name the capability that is missing: the
+	// rlimit is not what the user lacks.
 	memlockOnce.Do(func() { memlockErr = rlimit.RemoveMemlock() })
-	if memlockErr != nil {
+	if memlockErr != nil && !errors.Is(memlockErr, unix.EPERM) {
 		return fmt.Errorf("load: raise the memlock rlimit (needed before Linux 5.11): %w", memlockErr)
 	}
 

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -181,5 +184,59 @@ func TestLoadCostCacheRefusesDevice(t *testing.T) {
 	var st unix.Stat_t
 	if err := unix.Lstat(dev, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR {
 		t.Errorf("device node changed: mode %#o, err %v", st.Mode, err)
+	}
+}
+
+// unprivEnv makes the test binary, started again as nobody by
+// TestLoadUnprivileged, run `load` and print what it says.
+const unprivEnv = "MULTIPROBE_CLI_UNPRIVILEGED"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(unprivEnv) != "" {
+		os.Exit(run([]string{"load", os.Getenv(unprivEnv)}, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// TestLoadUnprivileged runs `load` as an unprivileged user: the error must
+// name the missing capability, not the memlock rlimit that cilium/ebpf
+// suggests for every EPERM.
+func TestLoadUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testutil.Unavailable(t, "needs root to start a process as nobody")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not t.TempDir(): its parent is closed to other users.
+	dir, err := os.MkdirTemp("", "multiprobe-cli-unpriv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.Chmod(dir, 0o755)
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "cli.test")
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	obj := filepath.Join(dir, "multi.o")
+	if data, err = os.ReadFile(loadTestObject); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(obj, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), unprivEnv+"="+obj, "HOME="+dir, "GOCOVERDIR="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "CAP_BPF") || strings.Contains(string(out), "MEMLOCK") {
+		t.Errorf("load as nobody said:\n%s\nwant it to name CAP_BPF, not MEMLOCK", out)
 	}
 }
