@@ -38,8 +38,12 @@ type Plan struct {
 	features kernelprobe.Features
 	probes   []planned
 	files    []*openFile
-	n        int  // sites over all probes
-	usdt     bool // some probe is a USDT probe
+	// syms are the files' symbol tables, mapped until Close: the
+	// Selections read them again for aliases when the Sites are built,
+	// which Attach does while the kernel attaches.
+	syms []*elfsym.File
+	n    int  // sites over all probes
+	usdt bool // some probe is a USDT probe
 
 	sitesOnce sync.Once
 	sites     []Site
@@ -148,11 +152,6 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	earlier := map[fileKind][]int{} // indexes into pl.probes
 	sets := map[fileKind]map[uint64]bool{}
 	syms := map[string]*elfsym.File{}
-	defer func() {
-		for _, f := range syms {
-			f.Close()
-		}
-	}()
 	// Sites point at their probe: at a copy, not at the caller's slice.
 	probes = slices.Clone(probes)
 	for i := range probes {
@@ -172,6 +171,7 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 					return nil, fmt.Errorf("probe %s: %s: %w", p, of.path, err)
 				}
 				syms[of.real] = f
+				pl.syms = append(pl.syms, f)
 			}
 			pp.sel, err = f.Select(p.Patterns...)
 		}
@@ -246,6 +246,9 @@ func (pl *Plan) open(target string) (*openFile, error) {
 // stay attached. It may be called more than once.
 func (pl *Plan) Close() error {
 	var errs []error
+	for _, f := range pl.syms {
+		errs = append(errs, f.Close())
+	}
 	for _, of := range pl.files {
 		if err := of.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 			errs = append(errs, err)

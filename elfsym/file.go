@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"sync"
 	"unsafe"
 
 	"github.com/multiprobe/multiprobe/internal/elfimage"
@@ -21,9 +22,13 @@ const symSize = 24 // sizeof(Elf64_Sym)
 // A File is an ELF file opened for symbol resolution. Its methods are safe
 // for concurrent use; Close must not race with them.
 type File struct {
-	path    string
-	data    []byte // the whole file, mapped read-only or given by the caller
-	unmap   bool
+	path string
+	// data is the whole file as the caller gave it to NewFile. Open maps
+	// the whole file only to read its headers: maps are the mappings of
+	// the tables that Open keeps (see narrow).
+	data    []byte
+	maps    [][]byte
+	closed  bool
 	machine elf.Machine
 	typ     elf.Type
 	image   elfimage.Image
@@ -33,6 +38,11 @@ type File struct {
 	// pclntab and textAddr come from a stripped Go binary.
 	pclntab  []byte
 	textAddr uint64
+
+	// mu guards pending: the Selections whose Sites still need the
+	// file's symbol tables (see Selection), which Close completes first.
+	mu      sync.Mutex
+	pending []*Selection
 }
 
 type symtab struct {
@@ -75,12 +85,19 @@ func Open(path string) (*File, error) {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
 	f, err := newFile(path, data)
-	if err != nil {
-		_ = unix.Munmap(data)
-		return nil, err
+	if err == nil {
+		err = f.narrow(int(fd.Fd()))
 	}
-	f.unmap = true
-	f.populate()
+	// The tables have mappings of their own now, or there was an error.
+	if uerr := unix.Munmap(data); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		return nil, fmt.Errorf("mmap %s: %w", path, err)
+	}
 	return f, nil
 }
 
@@ -90,17 +107,30 @@ func NewFile(name string, data []byte) (*File, error) {
 	return newFile(name, data)
 }
 
-// Close releases the mapping of the file. Sites already returned stay valid.
+// Close releases the mapping of the file. Sites already returned stay
+// valid, and so do Selections: Close first does the part of their work
+// that reads the file (see Selection).
 func (f *File) Close() error {
-	if f == nil || f.data == nil {
+	if f == nil {
 		return nil
 	}
-	data := f.data
-	f.data, f.tables, f.pclntab = nil, nil, nil
-	if f.unmap {
-		return unix.Munmap(data)
+	f.mu.Lock()
+	pending := f.pending
+	f.pending = nil
+	f.mu.Unlock()
+	for _, s := range pending {
+		s.detach()
 	}
-	return nil
+	if f.closed {
+		return nil
+	}
+	maps := f.maps
+	f.closed, f.data, f.maps, f.tables, f.pclntab = true, nil, nil, nil, nil
+	var errs []error
+	for _, m := range maps {
+		errs = append(errs, unix.Munmap(m))
+	}
+	return errors.Join(errs...)
 }
 
 // Path returns the path or name the File was opened with.
@@ -286,25 +316,46 @@ func cstring(strs []byte, off uint32) ([]byte, bool) {
 	return nil, false
 }
 
-// populate asks the kernel to map the symbol and string tables' pages in one
-// call each. Faulting them in one page at a time on first touch costs more
-// than the whole scan: on a 200k-symbol binary, about 2,000 faults.
-// MADV_POPULATE_READ exists since Linux 5.14; on older kernels it fails and
-// the pages fault in as usual.
-func (f *File) populate() {
-	for _, t := range f.tables {
-		for _, b := range [][]byte{t.syms, t.strs} {
-			if len(b) == 0 {
-				continue
+// narrow maps each of the tables a lookup reads on its own, so that Open
+// can unmap the rest of the file. A mapping of the whole file would cover
+// its code, and registering a uprobe writes the breakpoint into every
+// mapping of the file that may execute (a read-only private mapping counts:
+// it may be mprotect'ed to exec): with a File open, attaching 100,000 sites
+// of its binary took three times as long, the kernel copying our pages.
+//
+// MAP_POPULATE maps the pages in one call: faulting them in one at a time
+// on first touch costs more than the whole scan, on a 200k-symbol binary
+// about 2,000 faults.
+func (f *File) narrow(fd int) error {
+	page := os.Getpagesize()
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(f.data)))
+	remap := func(b *[]byte) error {
+		if len(*b) == 0 {
+			return nil
+		}
+		off := int(uintptr(unsafe.Pointer(&(*b)[0])) - base)
+		start := off &^ (page - 1)
+		m, err := unix.Mmap(fd, int64(start), off-start+len(*b), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
+		if err != nil {
+			return err
+		}
+		f.maps = append(f.maps, m)
+		*b = m[off-start : off-start+len(*b) : off-start+len(*b)]
+		return nil
+	}
+	for i := range f.tables {
+		t := &f.tables[i]
+		for _, b := range []*[]byte{&t.syms, &t.strs, &t.versym} {
+			if err := remap(b); err != nil {
+				return err
 			}
-			// madvise wants a page-aligned start.
-			start := uintptr(unsafe.Pointer(&b[0]))
-			base := uintptr(unsafe.Pointer(&f.data[0]))
-			off := (start - base) &^ uintptr(os.Getpagesize()-1)
-			end := start - base + uintptr(len(b))
-			_ = unix.Madvise(f.data[off:end], unix.MADV_POPULATE_READ)
 		}
 	}
+	if err := remap(&f.pclntab); err != nil {
+		return err
+	}
+	f.data = nil
+	return nil
 }
 
 // checkHeaderTables checks that the program and section header tables the

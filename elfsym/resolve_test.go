@@ -456,7 +456,8 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // TestParallel checks that scanning symbols and building sites on several
 // CPUs gives what doing it on one does, including where checkExact drops a
-// weak definition and leaves a gap in a worker's part of the sites.
+// weak definition and leaves a gap in a worker's part of the sites, and
+// with the keys sorted by comparison, as for a file past packed keys' reach.
 func TestParallel(t *testing.T) {
 	fx := buildFixtures(t)
 	patterns := [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "!func_beta"}, {"*", "!*a*"}, {"*et_*"}, {"*_*a*", "*var"}}
@@ -469,15 +470,17 @@ func TestParallel(t *testing.T) {
 		for _, pats := range patterns {
 			want, werr := f.Resolve(pats...)
 			func() {
-				defer func(sites, scan, strs, procs int) {
-					parallelSites, parallelScan, parallelStrings = sites, scan, strs
+				defer func(sites, scan, strs, procs int, pack bool) {
+					parallelSites, parallelScan, parallelStrings, packKeys = sites, scan, strs, pack
 					runtime.GOMAXPROCS(procs)
-				}(parallelSites, parallelScan, parallelStrings, runtime.GOMAXPROCS(4))
+				}(parallelSites, parallelScan, parallelStrings, runtime.GOMAXPROCS(4), packKeys)
 				for _, n := range []int{1, 2, 3, 7} {
-					parallelSites, parallelScan, parallelStrings = n, n, n
-					got, err := f.Resolve(pats...)
-					if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-						t.Errorf("%s %q, parallel from %d:\n got %v, %v\nwant %v, %v", filepath.Base(bin), pats, n, got, err, want, werr)
+					for _, pack := range []bool{true, false} {
+						parallelSites, parallelScan, parallelStrings, packKeys = n, n, n, pack
+						got, err := f.Resolve(pats...)
+						if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+							t.Errorf("%s %q, parallel from %d, packed keys %v:\n got %v, %v\nwant %v, %v", filepath.Base(bin), pats, n, pack, got, err, want, werr)
+						}
 					}
 				}
 			}()
@@ -487,10 +490,47 @@ func TestParallel(t *testing.T) {
 
 // TestSelect checks that a Selection's offsets are its sites', also where a
 // weak definition was dropped, and that Sites may be called concurrently
-// after the File is closed.
+// after the File is closed, or while it is: the alias walk that Sites
+// defers must have read the file before Close unmaps it.
 func TestSelect(t *testing.T) {
 	fx := buildFixtures(t)
-	for _, pats := range [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "alias_func"}} {
+	for _, pats := range [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "alias_func"}, {"real_func"}} {
+		f, err := Open(fx.pie)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := f.Resolve(pats...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			sel, err := f.Select(pats...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f2, err := Open(fx.pie)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sel2, err := f2.Select(pats...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := make(chan error)
+			go func() { closed <- f2.Close() }()
+			if s := sel2.Sites(); !reflect.DeepEqual(s, want) {
+				t.Errorf("%q: Sites() while Close = %v, want %v", pats, s, want)
+			}
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			if s := sel.Sites(); !reflect.DeepEqual(s, want) {
+				t.Errorf("%q: Sites() = %v, want %v", pats, s, want)
+			}
+		}
+		f.Close()
+	}
+	for _, pats := range [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "alias_func"}, {"real_func"}} {
 		f, err := Open(fx.nopie)
 		if err != nil {
 			t.Fatal(err)
