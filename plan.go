@@ -24,8 +24,9 @@ var ErrFileChanged = errors.New("binary changed since it was resolved")
 // A Plan is what Resolve decided: for each probe its file, the sites it
 // selected and which of those no earlier probe of the same file and kind
 // took, with the kernel's features and the Options. Offsets and cookies
-// follow from it, so Attach hands them to the kernel while the Sites are
-// being built. Prepare readies a spec for the plan and Attach attaches a
+// follow from it, so Attach hands them to the kernel without building the
+// Sites: their names are read only when first asked for (for 100,000
+// sites, that is twice the work of finding their offsets). Prepare readies a spec for the plan and Attach attaches a
 // program loaded from it, with the same Options, so the two cannot
 // disagree.
 //
@@ -38,12 +39,8 @@ type Plan struct {
 	features kernelprobe.Features
 	probes   []planned
 	files    []*openFile
-	// syms are the files' symbol tables, mapped until Close: the
-	// Selections read them again for aliases when the Sites are built,
-	// which Attach does while the kernel attaches.
-	syms []*elfsym.File
-	n    int  // sites over all probes
-	usdt bool // some probe is a USDT probe
+	n        int  // sites over all probes
+	usdt     bool // some probe is a USDT probe
 
 	sitesOnce sync.Once
 	sites     []Site
@@ -152,6 +149,11 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	earlier := map[fileKind][]int{} // indexes into pl.probes
 	sets := map[fileKind]map[uint64]bool{}
 	syms := map[string]*elfsym.File{}
+	defer func() {
+		for _, f := range syms {
+			f.Close()
+		}
+	}()
 	// Sites point at their probe: at a copy, not at the caller's slice.
 	probes = slices.Clone(probes)
 	for i := range probes {
@@ -171,7 +173,6 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 					return nil, fmt.Errorf("probe %s: %s: %w", p, of.path, err)
 				}
 				syms[of.real] = f
-				pl.syms = append(pl.syms, f)
 			}
 			pp.sel, err = f.Select(p.Patterns...)
 		}
@@ -246,9 +247,6 @@ func (pl *Plan) open(target string) (*openFile, error) {
 // stay attached. It may be called more than once.
 func (pl *Plan) Close() error {
 	var errs []error
-	for _, f := range pl.syms {
-		errs = append(errs, f.Close())
-	}
 	for _, of := range pl.files {
 		if err := of.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 			errs = append(errs, err)
@@ -267,7 +265,8 @@ func (pl *Plan) Features() kernelprobe.Features { return pl.features }
 func (pl *Plan) Path() kernelprobe.Path { return pl.features.Path() }
 
 // Sites returns the plan's sites; a site's index is its cookie. The slice
-// is the plan's own, built once: do not modify it.
+// is the plan's own, built at the first call, also after Close: do not
+// modify it.
 func (pl *Plan) Sites() []Site {
 	pl.sitesOnce.Do(func() { pl.sites = pl.build() })
 	return pl.sites

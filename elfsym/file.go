@@ -39,10 +39,11 @@ type File struct {
 	pclntab  []byte
 	textAddr uint64
 
-	// mu guards pending: the Selections whose Sites still need the
-	// file's symbol tables (see Selection), which Close completes first.
-	mu      sync.Mutex
-	pending []*Selection
+	// refs counts the holders of the tables' mappings: the File until
+	// Close, and each Selection until it has read its names (see
+	// Selection). The last to let go unmaps them.
+	mu   sync.Mutex
+	refs int
 }
 
 type symtab struct {
@@ -107,25 +108,41 @@ func NewFile(name string, data []byte) (*File, error) {
 	return newFile(name, data)
 }
 
-// Close releases the mapping of the file. Sites already returned stay
-// valid, and so do Selections: Close first does the part of their work
-// that reads the file (see Selection).
+// Close releases the File's mappings of the symbol tables. Sites already
+// returned stay valid, and so do Selections: one that has not built its
+// Sites keeps the tables mapped until it has, or until it is garbage.
 func (f *File) Close() error {
 	if f == nil {
 		return nil
 	}
 	f.mu.Lock()
-	pending := f.pending
-	f.pending = nil
+	closed := f.closed
+	f.closed = true
 	f.mu.Unlock()
-	for _, s := range pending {
-		s.detach()
+	if closed {
+		return nil
 	}
-	if f.closed {
+	return f.release()
+}
+
+// hold keeps the tables mapped until a matching release.
+func (f *File) hold() {
+	f.mu.Lock()
+	f.refs++
+	f.mu.Unlock()
+}
+
+// release undoes a hold, or Open's, and unmaps the tables with the last.
+func (f *File) release() error {
+	f.mu.Lock()
+	f.refs--
+	if f.refs > 0 {
+		f.mu.Unlock()
 		return nil
 	}
 	maps := f.maps
-	f.closed, f.data, f.maps, f.tables, f.pclntab = true, nil, nil, nil, nil
+	f.data, f.maps, f.tables, f.pclntab = nil, nil, nil, nil
+	f.mu.Unlock()
 	var errs []error
 	for _, m := range maps {
 		errs = append(errs, unix.Munmap(m))
@@ -173,7 +190,7 @@ func newFile(name string, data []byte) (*File, error) {
 	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
 		return nil, fmt.Errorf("%s: %w: ELF type %s (want an executable or a shared object)", name, ErrUnsupported, ef.Type)
 	}
-	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type}
+	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, refs: 1}
 	f.image = elfimage.Load(ef.Progs)
 	if err := f.image.Within(uint64(len(data))); err != nil {
 		// Symbols in such a segment would get offsets the kernel refuses.

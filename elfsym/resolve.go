@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/multiprobe/multiprobe/internal/glob"
@@ -88,18 +89,30 @@ func (f *File) Resolve(patterns ...string) ([]Site, error) {
 //
 // That work reads the symbol tables again: for the selected symbols' names,
 // and for the names the patterns did not select but that share a selected
-// address (aliases). Neither changes an offset. Until Sites is called, a
-// Selection needs its File; the File's Close does that reading first for
-// the Selections that have not, so that a Selection stays valid after the
-// File is closed. Its methods are safe for concurrent use.
+// address (aliases). Neither changes an offset, and a caller that needs
+// only offsets never pays for it. So a Selection keeps the tables mapped,
+// after its File is closed too, until it has built its Sites or is
+// garbage. Its methods are safe for concurrent use.
 type Selection struct {
 	r       *resolver
 	offsets []uint64
 	once    sync.Once
 	sites   []Site
+	tables  *tablesHold // nil if the Sites need no second reading
+}
 
-	// mu guards r.f: the File until the alias walk has read it.
-	mu sync.Mutex
+// A tablesHold is a Selection's hold on its File's tables. It is apart from
+// the Selection so that a cleanup can release it once the Selection is
+// garbage, and released once, by whichever comes first.
+type tablesHold struct {
+	f    *File
+	done atomic.Bool
+}
+
+func (h *tablesHold) release() {
+	if h.done.CompareAndSwap(false, true) {
+		h.f.release()
+	}
 }
 
 // Select is Resolve without building the Sites: it selects the same sites
@@ -139,32 +152,13 @@ func (f *File) Select(patterns ...string) (*Selection, error) {
 	}
 	r.m = nil
 	if r.n == 0 || len(f.tables) == 0 {
-		r.f = nil // no aliases to look for
+		r.f = nil // nothing to read again: the hits are the Go table's
 		return s, nil
 	}
-	f.mu.Lock()
-	f.pending = append(f.pending, s)
-	f.mu.Unlock()
+	f.hold()
+	s.tables = &tablesHold{f: f}
+	runtime.AddCleanup(s, (*tablesHold).release, s.tables)
 	return s, nil
-}
-
-// detach reads the names and aliases while the File is still mapped, and
-// lets the File go.
-func (s *Selection) detach() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.r == nil || s.r.f == nil {
-		return
-	}
-	f := s.r.f
-	s.r.collect()
-	s.r.aliases()
-	s.r.f = nil
-	// Off the File's list last: a Close that took the list before this
-	// waits on s.mu above, so it unmaps only after the walk.
-	f.mu.Lock()
-	f.pending = slices.DeleteFunc(f.pending, func(p *Selection) bool { return p == s })
-	f.mu.Unlock()
 }
 
 // Len returns the number of sites.
@@ -178,11 +172,14 @@ func (s *Selection) Offsets() []uint64 { return s.offsets }
 // the same slice.
 func (s *Selection) Sites() []Site {
 	s.once.Do(func() {
-		s.detach()
+		if s.r.f != nil {
+			s.r.collect()
+			s.r.aliases()
+			s.r.f = nil
+			s.tables.release()
+		}
 		s.sites = s.r.finish()
-		s.mu.Lock()
 		s.r = nil // the hits and keys are garbage now; the names stay
-		s.mu.Unlock()
 	})
 	return s.sites
 }

@@ -489,9 +489,9 @@ func TestParallel(t *testing.T) {
 }
 
 // TestSelect checks that a Selection's offsets are its sites', also where a
-// weak definition was dropped, and that Sites may be called concurrently
-// after the File is closed, or while it is: the alias walk that Sites
-// defers must have read the file before Close unmaps it.
+// weak definition was dropped, and that Sites may be called after the File
+// is closed, or while it is: the names and aliases that Sites reads must
+// still be mapped.
 func TestSelect(t *testing.T) {
 	fx := buildFixtures(t)
 	for _, pats := range [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "alias_func"}, {"real_func"}} {
@@ -691,4 +691,56 @@ func TestAgainstDebugELF(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSelectionHold checks that a Selection keeps the symbol tables mapped
+// past its File's Close only until it has built its Sites, or is garbage:
+// a plan that never asks for names must not keep a big binary's tables.
+func TestSelectionHold(t *testing.T) {
+	fx := buildFixtures(t)
+	mapped := func() bool {
+		b, err := os.ReadFile("/proc/self/maps")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Contains(b, []byte(fx.pie))
+	}
+	open := func() (*File, *Selection) {
+		f, err := Open(fx.pie)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := f.Select("*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return f, s
+	}
+	f, s := open()
+	if !mapped() {
+		t.Fatal("tables unmapped while a Selection still needs them")
+	}
+	if len(s.Sites()) == 0 {
+		t.Fatal("no sites")
+	}
+	if mapped() {
+		t.Fatal("tables still mapped after the Selection built its Sites and the File was closed")
+	}
+	if _, err := f.Select("*"); err == nil {
+		t.Fatal("Select on a closed File succeeded")
+	}
+
+	_, s = open()
+	s = nil
+	for i := 0; mapped(); i++ {
+		if i == 100 {
+			t.Fatal("tables still mapped after the Selection became garbage")
+		}
+		runtime.GC()
+		runtime.Gosched()
+	}
+	_ = s
 }
