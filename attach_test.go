@@ -166,6 +166,11 @@ func TestManySites(t *testing.T) {
 			l.Close()
 			t.Fatal(err)
 		}
+		// Attach built no Sites: they are read now, after the plan
+		// has let its files go.
+		if err := plans[0].Close(); err != nil {
+			t.Fatal(err)
+		}
 		sites := l.Sites()
 		if len(sites) != n {
 			t.Fatalf("%d sites, want %d", len(sites), n)
@@ -224,6 +229,7 @@ func TestManySites(t *testing.T) {
 		if err := rl.Close(); err != nil {
 			t.Fatal(err)
 		}
+		before.FDs-- // plans[0]'s binary, closed above
 		before.Check(t, "after Close")
 	})
 }

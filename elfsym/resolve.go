@@ -1107,7 +1107,8 @@ func (r *resolver) checkExact() (dropped bool, err error) {
 		if !np.name.Literal() || (np.version != nil && !np.version.Literal()) {
 			continue
 		}
-		r.collect()                 // an exact name's checks read the hits
+		// An exact name's checks read the hits.
+		r.collect()
 		var strong, weak [][]uint64 // groups
 		for g := range r.groups {
 			bestBind := -1
