@@ -414,6 +414,21 @@ func (p argParser) arm64(a *Arg, loc string) error {
 // parenForm decodes the GNU assembler forms of riscv64 and s390x: reg,
 // off(reg), off(index,base) (s390x) and a bare immediate.
 func (p argParser) parenForm(a *Arg, loc string, reg func(string) (register, bool)) error {
+	// RISC-V reaches a global of a non-PIE binary in two instructions:
+	// lui puts the upper 20 bits of its address, rounded, in a register,
+	// and the operand adds %lo(symbol), the low 12 bits sign-extended:
+	// "-4@%lo(counter)(a5)".
+	lo, hasLo := "", false
+	if rest, ok := strings.CutPrefix(loc, "%lo("); ok {
+		i := strings.IndexByte(rest, ')')
+		if i < 0 {
+			return argError("unbalanced parentheses")
+		}
+		lo, loc, hasLo = rest[:i], rest[i+1:], true
+		if !strings.HasPrefix(loc, "(") {
+			return argError(fmt.Sprintf("%%lo(%s) without a base register", lo))
+		}
+	}
 	open := strings.IndexByte(loc, '(')
 	if open < 0 {
 		if r, ok := reg(loc); ok {
@@ -434,6 +449,13 @@ func (p argParser) parenForm(a *Arg, loc string, reg func(string) (register, boo
 	v, err := p.displacement(loc[:open], false)
 	if err != nil {
 		return err
+	}
+	if hasLo {
+		addr, err := p.displacement(lo, false)
+		if err != nil {
+			return err
+		}
+		v = (addr&0xfff ^ 0x800) - 0x800
 	}
 	a.Kind, a.Value = ArgMem, v
 	inner := loc[open+1 : len(loc)-1]

@@ -83,6 +83,26 @@ func specs(args []Arg) []string {
 	return s
 }
 
+// TestRISCVLo checks the %lo(symbol) operand of a RISC-V non-PIE binary:
+// the low 12 bits of the symbol's address, sign-extended, since lui
+// rounded the upper part up when bit 11 is set.
+func TestRISCVLo(t *testing.T) {
+	syms := map[string]uint64{"low": 0x12345, "high": 0x12fff, "mid": 0x12800}
+	p := argParser{arch: ArchRISCV64, resolve: func(n string) (uint64, bool) { v, ok := syms[n]; return v, ok }}
+	for in, want := range map[string]int64{
+		"-4@%lo(low)(a5)": 0x345, "-4@%lo(high)(a5)": -1, "-4@%lo(mid)(a5)": -0x800, "8@%lo(low+4)(a0)": 0x349,
+	} {
+		args, err := p.parse(in)
+		if err != nil {
+			t.Errorf("%q: %v", in, err)
+			continue
+		}
+		if a := args[0]; a.Kind != ArgMem || a.Value != want || a.RegOffset < 0 {
+			t.Errorf("%q: %+v, want a memory operand at base%+d", in, a, want)
+		}
+	}
+}
+
 func TestParseArgsErrors(t *testing.T) {
 	for _, c := range []struct {
 		arch Arch
@@ -111,6 +131,9 @@ func TestParseArgsErrors(t *testing.T) {
 		{ArchARM64, "8@[x0"},
 		{ArchRISCV64, "8@zero"},
 		{ArchRISCV64, "8@x32"},
+		{ArchRISCV64, "-4@%lo(sym)(a5)"}, // symbol without a symbol table
+		{ArchRISCV64, "-4@%lo(sym)"},     // no base register
+		{ArchRISCV64, "-4@%lo(sym(a5)"},  // unbalanced
 		{ArchS390X, "8@%r16"},
 		{ArchS390X, "8@(%r1,%q)"},
 		{ArchPPC64LE, "8@32"},

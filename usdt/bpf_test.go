@@ -2,6 +2,8 @@ package usdt
 
 //go:generate clang-19 -O2 -g -fdebug-compilation-dir=. -Wall -Werror -target bpfel -D__TARGET_ARCH_x86 -I../bpf -c testdata/usdt_test.bpf.c -o testdata/usdt_test_x86_bpfel.o
 //go:generate llvm-strip-19 -g testdata/usdt_test_x86_bpfel.o
+//go:generate clang-19 -O2 -g -fdebug-compilation-dir=. -Wall -Werror -target bpfel -D__TARGET_ARCH_arm64 -I../bpf -c testdata/usdt_test.bpf.c -o testdata/usdt_test_arm64_bpfel.o
+//go:generate llvm-strip-19 -g testdata/usdt_test_arm64_bpfel.o
 
 import (
 	"bufio"
@@ -11,7 +13,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
 // event mirrors struct event of testdata/usdt_test.bpf.c.
@@ -74,16 +76,23 @@ var hitCounts = map[string]int{
 
 // fixture is the test BPF object, loaded.
 type fixture struct {
-	coll *ebpf.Collection
-	rd   *ringbuf.Reader
+	coll     *ebpf.Collection
+	rd       *ringbuf.Reader
+	features kernelprobe.Features
 }
 
+// loadFixture loads the test object. Its programs find their site's spec
+// through the BPF cookie, so a kernel without cookies (before 5.15) skips
+// these tests, where it says it lacks them: the root package's tests cover
+// USDT there, with a copy of the program per site.
 func loadFixture(t *testing.T) *fixture {
 	t.Helper()
 	testutil.RequireBPF(t)
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the test object is built for x86-64")
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
 	}
+	testutil.RequireKernelFeature(t, f.Cookies, "BPF cookies")
 	cs, err := ebpf.LoadCollectionSpec(testObject)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +110,7 @@ func loadFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rd.Close() })
-	return &fixture{coll: coll, rd: rd}
+	return &fixture{coll: coll, rd: rd, features: f}
 }
 
 // heldSpecs counts the spec map's entries that someone holds.
@@ -328,6 +337,7 @@ func TestAttachMulti(t *testing.T) {
 	for _, exe := range []string{tg.exe, tg.exeO0} {
 		t.Run(exe[strings.LastIndexByte(exe, '/')+1:], func(t *testing.T) {
 			fx := loadFixture(t)
+			testutil.RequireKernelFeature(t, fx.features.UprobeMulti, "uprobe_multi")
 			prog := fx.coll.Programs["record"]
 			exeTargets := selectProbes(t, exe, "mptest:*")
 			libTargets := selectProbes(t, tg.lib, "*")
@@ -372,6 +382,7 @@ func TestAttachFallback(t *testing.T) {
 func TestMacro(t *testing.T) {
 	tg := buildTargets(t)
 	fx := loadFixture(t)
+	testutil.RequireKernelFeature(t, fx.features.UprobeMulti, "uprobe_multi") // the program is uprobe.multi
 	targets := selectProbes(t, tg.exe, "mptest:structp")
 	detach := fx.attach(t, fx.coll.Programs["named"], targets, 0, modeMulti, 0)
 	run(t, tg.exe)
@@ -385,10 +396,11 @@ func TestMacro(t *testing.T) {
 	}
 }
 
-// TestSemaphore proves the kernel counts the semaphore: it reads it in
-// the target's memory before attaching (0), while attached (at least 1),
-// and after detaching (0), and checks that the guarded probe then fires
-// exactly while attached.
+// TestSemaphore proves the kernel counts the semaphore, on the kernel's
+// attach path (uprobe_multi, or perf-event uprobes before 6.6): it reads it
+// in the target's memory before attaching (0), while attached (at least
+// 1), and after detaching (0), and checks that the guarded probe then
+// fires exactly while attached.
 func TestSemaphore(t *testing.T) {
 	tg := buildTargets(t)
 	fx := loadFixture(t)
@@ -445,7 +457,12 @@ func TestSemaphore(t *testing.T) {
 	if targets[0].probe.SemaphoreOffset == 0 {
 		t.Fatal("mptest:sema has no semaphore")
 	}
-	detach := fx.attach(t, fx.coll.Programs["record"], targets, 0, modeMulti, cmd.Process.Pid)
+	// The kernel counts the semaphore on both paths (ref_ctr_offset).
+	prog, mode := fx.coll.Programs["record"], modeMulti
+	if !fx.features.UprobeMulti {
+		prog, mode = fx.coll.Programs["record_single"], modeFallback
+	}
+	detach := fx.attach(t, prog, targets, 0, mode, cmd.Process.Pid)
 	if v := sema(); v < 1 {
 		t.Fatalf("semaphore %d while attached", v)
 	}

@@ -3,6 +3,7 @@ package usdt
 import (
 	"errors"
 	"reflect"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -13,7 +14,12 @@ import (
 	"github.com/cilium/ebpf/btf"
 )
 
-const testObject = "testdata/usdt_test_x86_bpfel.o"
+// testObject is the test BPF object built for this machine: mp_usdt.bpf.h
+// reads pt_regs, whose layout is the architecture's.
+var testObject = map[string]string{
+	"amd64": "testdata/usdt_test_x86_bpfel.o",
+	"arm64": "testdata/usdt_test_arm64_bpfel.o",
+}[runtime.GOARCH]
 
 // TestSpecLayout checks the Go mirror of the spec structs against the BTF
 // of an object compiled from bpf/usdt.bpf.h: same size, and every member

@@ -13,7 +13,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testutil"
 )
 
-// argCounts are the probes of testdata/probes.c and sema.c with their
+// argCounts are the probes of the fixtures' probes.c and sema.c with their
 // argument counts.
 var argCounts = map[string]int{
 	"consts": 8, "global": 1, "inlined": 1, "sema": 1, "sib": 2,
@@ -30,8 +30,8 @@ func TestOpenTargets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f.Arch != ArchX86_64 {
-				t.Fatalf("Arch = %s", f.Arch)
+			if want := nativeCase(t).arch; f.Arch != want {
+				t.Fatalf("Arch = %s, want %s", f.Arch, want)
 			}
 			probes, err := f.Probes("mptest:*")
 			if err != nil {
@@ -58,26 +58,6 @@ func TestOpenTargets(t *testing.T) {
 			}
 			checkSemaphore(t, path, probes)
 		})
-	}
-}
-
-// checkSites checks that every site's file offset holds a NOP and that
-// every argument string decoded.
-func checkSites(t *testing.T, path string, probes []Probe) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range probes {
-		for _, s := range p.Sites {
-			if s.ArgErr != nil {
-				t.Errorf("%s: %v", &p, s.ArgErr)
-			}
-			if s.Offset >= uint64(len(data)) || data[s.Offset] != 0x90 {
-				t.Errorf("%s: site %#x: file offset %#x does not hold a NOP", &p, s.Address, s.Offset)
-			}
-		}
 	}
 }
 
@@ -135,25 +115,9 @@ func TestArgForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kinds := make(map[string]map[ArgKind]bool)
-	for _, p := range f.probes {
-		kinds[p.Name] = make(map[ArgKind]bool)
-		for _, s := range p.Sites {
-			for _, a := range s.Args {
-				kinds[p.Name][a.Kind] = true
-			}
-		}
-	}
-	for _, c := range []struct {
-		probe string
-		kind  ArgKind
-	}{
-		{"consts", ArgConst}, {"sizes", ArgReg}, {"twelve", ArgMem},
-		{"structp", ArgMem}, {"sib", ArgSIB}, {"global", ArgMem},
-	} {
-		if !kinds[c.probe][c.kind] {
-			t.Errorf("mptest:%s has no %s argument (compiler emitted something else)", c.probe, c.kind)
-		}
+	checkForms(t, f.probes, formsOf(nativeCase(t)))
+	if f.Arch != ArchX86_64 {
+		return
 	}
 	// The global is named in the note ("global_counter(%rip)"): the
 	// displacement must be its distance from the probe.
@@ -234,7 +198,7 @@ func TestNoNotes(t *testing.T) {
 	if _, err := f.Probes("*"); !errors.Is(err, ErrNoProbes) {
 		t.Fatalf("Probes: %v, want ErrNoProbes", err)
 	}
-	if _, err := Open("testdata/probes.c"); err == nil {
+	if _, err := Open("testdata/usdt_test.bpf.c"); err == nil {
 		t.Fatal("Open of a C source file succeeded")
 	}
 }
@@ -295,7 +259,8 @@ func TestPrelink(t *testing.T) {
 // built by other people with other flags.
 func TestSystemBinaries(t *testing.T) {
 	paths, _ := filepath.Glob("/usr/bin/python3*")
-	paths = append(paths, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6")
+	libs, _ := filepath.Glob("/usr/lib/*-linux-gnu/lib[cs]*.so.6") // libc, libstdc++
+	paths = append(paths, libs...)
 	tested := 0
 	for _, path := range paths {
 		f, err := Open(path)

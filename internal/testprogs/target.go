@@ -171,7 +171,45 @@ func buildTarget(n int) (string, error) {
 // cache directory, under name and a hash of the sources and flags, unless
 // it is there already.
 func buildCached(name string, units []unit, flags []string) (string, error) {
+	dir, err := cached(name, "", units, flags, func(tmp string) error {
+		var g errgroup.Group
+		g.SetLimit(runtime.NumCPU())
+		objs := make([]string, len(units))
+		for i, u := range units {
+			objs[i] = filepath.Join(tmp, strings.TrimSuffix(u.name, ".c")+".o")
+			g.Go(func() error {
+				args := append(slices.Clone(flags), "-c", "-o", objs[i], filepath.Join(tmp, u.name))
+				return runCC("", args)
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		if err := runCC("", append(append(slices.Clone(flags), "-o", filepath.Join(tmp, "target")), objs...)); err != nil {
+			return err
+		}
+		for _, o := range objs {
+			os.Remove(o)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "target"), nil
+}
+
+// cached returns the cache directory of the build called name of units
+// with flags by the compiler cc ("" for the default, see [CCEnv]), running
+// build to make it unless it is there already. build runs in a private
+// directory holding the units' sources (a unit's name is its file name),
+// which is renamed into place, so that test binaries of several packages
+// building the same target at once never see a half-written one.
+func cached(name, cc string, units []unit, flags []string, build func(dir string) error) (string, error) {
 	h := sha256.New()
+	if cc != "" {
+		fmt.Fprintf(h, "cc %s\n", cc)
+	}
 	for _, f := range flags {
 		fmt.Fprintf(h, "flag %s\n", f)
 	}
@@ -186,53 +224,33 @@ func buildCached(name string, units []unit, flags []string) (string, error) {
 		return "", err
 	}
 	final := filepath.Join(base, name+"-"+key)
-	bin := filepath.Join(final, "target")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
+	if _, err := os.Stat(final); err == nil {
+		return final, nil
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		return "", fmt.Errorf("testprogs: %w", err)
 	}
-	// Build in a private directory and rename it into place, so that test
-	// binaries of several packages building the same target at once never
-	// see a half-written one.
 	tmp, err := os.MkdirTemp(base, "build-")
 	if err != nil {
 		return "", fmt.Errorf("testprogs: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-
-	var g errgroup.Group
-	g.SetLimit(runtime.NumCPU())
-	objs := make([]string, len(units))
-	for i, u := range units {
-		src := filepath.Join(tmp, u.name+".c")
-		objs[i] = filepath.Join(tmp, u.name+".o")
-		if err := os.WriteFile(src, u.src, 0o644); err != nil {
+	for _, u := range units {
+		if err := os.WriteFile(filepath.Join(tmp, u.name), u.src, 0o644); err != nil {
 			return "", fmt.Errorf("testprogs: %w", err)
 		}
-		g.Go(func() error {
-			args := append(append([]string{}, flags...), "-c", "-o", objs[i], src)
-			return runGCC(args)
-		})
 	}
-	if err := g.Wait(); err != nil {
+	if err := build(tmp); err != nil {
 		return "", err
-	}
-	if err := runGCC(append(append(slices.Clone(flags), "-o", filepath.Join(tmp, "target")), objs...)); err != nil {
-		return "", err
-	}
-	for _, o := range objs {
-		os.Remove(o)
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		// Another process won the race: its binary is as good as ours.
-		if _, statErr := os.Stat(bin); statErr == nil {
-			return bin, nil
+		// Another process won the race: its build is as good as ours.
+		if _, statErr := os.Stat(final); statErr == nil {
+			return final, nil
 		}
 		return "", fmt.Errorf("testprogs: %w", err)
 	}
-	return bin, nil
+	return final, nil
 }
 
 // CCEnv and CCFlagsEnv name a compiler, and flags of its own, to build the
@@ -246,9 +264,13 @@ const (
 	CCFlagsEnv = "MULTIPROBE_CC_FLAGS"
 )
 
-func runGCC(args []string) error {
-	cc := cmp.Or(os.Getenv(CCEnv), "gcc")
-	args = append(strings.Fields(os.Getenv(CCFlagsEnv)), args...)
+// runCC runs the compiler cc, or for "" the one [CCEnv] names (gcc by
+// default) with the flags of [CCFlagsEnv].
+func runCC(cc string, args []string) error {
+	if cc == "" {
+		cc = cmp.Or(os.Getenv(CCEnv), "gcc")
+		args = append(strings.Fields(os.Getenv(CCFlagsEnv)), args...)
+	}
 	cmd := exec.Command(cc, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -261,8 +283,9 @@ func runGCC(args []string) error {
 	return nil
 }
 
+// A unit is a source file of a build: a C file to compile, or a header.
 type unit struct {
-	name string
+	name string // the file name
 	src  []byte
 }
 
@@ -285,7 +308,7 @@ func generate(n int) []unit {
 				fmt.Fprintf(&b, "u64 %s(u64 x) __attribute__((alias(\"%s\")));\n", AliasName(i), FuncName(i))
 			}
 		}
-		units = append(units, unit{name: "funcs_" + strconv.Itoa(lo/funcsPerUnit), src: b.Bytes()})
+		units = append(units, unit{name: "funcs_" + strconv.Itoa(lo/funcsPerUnit) + ".c", src: b.Bytes()})
 	}
 
 	var b bytes.Buffer
@@ -334,6 +357,6 @@ int main(int argc, char **argv) {
 	return 0;
 }
 `)
-	units = append(units, unit{name: "main", src: b.Bytes()})
+	units = append(units, unit{name: "main.c", src: b.Bytes()})
 	return units
 }

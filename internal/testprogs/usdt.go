@@ -36,9 +36,9 @@ func SemaTarget(tb testing.TB, pie bool) string {
 // BuildSemaTarget is SemaTarget outside a test.
 func BuildSemaTarget(pie bool) (string, error) {
 	if pie {
-		return buildCached("sema-pie", []unit{{name: "sema", src: semaSource}}, []string{"-O1", "-fPIE", "-pie"})
+		return buildCached("sema-pie", []unit{{name: "sema.c", src: semaSource}}, []string{"-O1", "-fPIE", "-pie"})
 	}
-	return buildCached("sema-nopie", []unit{{name: "sema", src: semaSource}}, []string{"-O1", "-fno-PIE", "-no-pie"})
+	return buildCached("sema-nopie", []unit{{name: "sema.c", src: semaSource}}, []string{"-O1", "-fno-PIE", "-no-pie"})
 }
 
 // USDTInlinedSites is how many sites the mp:inlined probe of the USDT
@@ -70,7 +70,7 @@ func USDTTarget(tb testing.TB) string {
 // BuildUSDTTarget is USDTTarget outside a test: it returns the cached
 // target's path, building it first if needed.
 func BuildUSDTTarget() (string, error) {
-	return buildCached("usdt", []unit{{name: "usdt_target", src: usdtTargetSource}}, []string{"-O2", "-g0", "-Wall", "-Werror"})
+	return buildCached("usdt", []unit{{name: "usdt_target.c", src: usdtTargetSource}}, []string{"-O2", "-g0", "-Wall", "-Werror"})
 }
 
 // USDTCounter holds the loaded USDT counter program (bpf/usdt_counter.c)
@@ -146,5 +146,5 @@ func ThreadsTarget(tb testing.TB) string {
 
 // BuildThreadsTarget is ThreadsTarget outside a test.
 func BuildThreadsTarget() (string, error) {
-	return buildCached("threads", []unit{{name: "threads", src: threadsSource}}, []string{"-O1", "-pthread"})
+	return buildCached("threads", []unit{{name: "threads.c", src: threadsSource}}, []string{"-O1", "-pthread"})
 }

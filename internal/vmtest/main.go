@@ -17,7 +17,8 @@ func main() {
 	out := flag.String("o", "", "`DIR` to use as the guest's MULTIPROBE_CACHE_DIR (required)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: vmtest -o DIR N...\n\n"+
-			"Copies the testprogs targets with N functions into DIR, building them with gcc if needed.\n")
+			"Copies the testprogs targets with N functions, and the fixed targets and\n"+
+			"fixtures, into DIR, building them with gcc if needed.\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -79,26 +80,38 @@ func prebuild(dst string, sizes []int) error {
 	if err := os.Setenv("MULTIPROBE_CACHE_DIR", base); err != nil {
 		return err
 	}
-	builds := []func() (string, error){
-		testprogs.BuildUSDTTarget,
-		func() (string, error) { return testprogs.BuildSemaTarget(true) },
-		func() (string, error) { return testprogs.BuildSemaTarget(false) },
-		testprogs.BuildThreadsTarget,
+	one := func(build func() (string, error)) func() ([]string, error) {
+		return func() ([]string, error) {
+			p, err := build()
+			return []string{p}, err
+		}
+	}
+	builds := []func() ([]string, error){
+		one(testprogs.BuildUSDTTarget),
+		one(func() (string, error) { return testprogs.BuildSemaTarget(true) }),
+		one(func() (string, error) { return testprogs.BuildSemaTarget(false) }),
+		one(testprogs.BuildThreadsTarget),
+		func() ([]string, error) {
+			fx, err := testprogs.BuildUSDTFixtures("")
+			return []string{fx.Lib, fx.Exe, fx.ExeO0, fx.ExeNoPIE}, err
+		},
 	}
 	for _, n := range sizes {
-		builds = append(builds, func() (string, error) { return testprogs.Target(n) })
+		builds = append(builds, one(func() (string, error) { return testprogs.Target(n) }))
 	}
 	for _, build := range builds {
-		src, err := build()
+		srcs, err := build()
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(base, src)
-		if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
-			return fmt.Errorf("target %s is outside the cache %s", src, base)
-		}
-		if err := copyFile(filepath.Join(dst, rel), src); err != nil {
-			return err
+		for _, src := range srcs {
+			rel, err := filepath.Rel(base, src)
+			if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+				return fmt.Errorf("target %s is outside the cache %s", src, base)
+			}
+			if err := copyFile(filepath.Join(dst, rel), src); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -28,10 +28,18 @@ static long (*const rb_output)(void *rb, void *data, unsigned long long size,
 			       unsigned long long flags) = (void *)130;
 
 
+// Where pt_regs holds the instruction pointer: ip on x86-64 (after 16
+// registers), pc on arm64 (after x0-x30 and sp).
+#if defined(__TARGET_ARCH_arm64)
+#define PT_REGS_IP_OFF 256
+#else
+#define PT_REGS_IP_OFF 128
+#endif
+
 static __attribute__((always_inline)) inline void fill(struct pt_regs *ctx, struct event *e)
 {
 	e->ip = 0;
-	mp__probe_read_kernel(&e->ip, sizeof(e->ip), (char *)ctx + 128 /* x86 pt_regs.ip */);
+	mp__probe_read_kernel(&e->ip, sizeof(e->ip), (char *)ctx + PT_REGS_IP_OFF);
 	e->cookie = mp_usdt_cookie(ctx);
 	e->cnt = mp_usdt_arg_cnt(ctx);
 	for (int i = 0; i < MP_USDT_MAX_ARGS; i++) {
