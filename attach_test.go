@@ -128,7 +128,7 @@ func mustParse(t *testing.T, specs ...string) []multiprobe.Probe {
 }
 
 // funcIndex maps a generated target's function name to its index.
-func funcIndex(t *testing.T, name string) int {
+func funcIndex(t testing.TB, name string) int {
 	t.Helper()
 	var i int
 	if _, err := fmt.Sscanf(name, "func_%05d", &i); err != nil {
@@ -137,7 +137,7 @@ func funcIndex(t *testing.T, name string) int {
 	return i
 }
 
-func runTarget(t *testing.T, path string, calls int) {
+func runTarget(t testing.TB, path string, calls int) {
 	t.Helper()
 	out, err := exec.Command(path, fmt.Sprint(calls)).CombinedOutput()
 	if err != nil {

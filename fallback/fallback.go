@@ -226,6 +226,12 @@ func explain(err error, prog *ebpf.Program, t *Target, ti, n, j int, ret bool) e
 // detaches the program from every site at once (after which it no longer
 // runs) and then removes the breakpoints, which the kernel serialises:
 // about 85 ms per site in all.
+//
+// If another process holds one of the links open (bpftool, or anything
+// that walks the kernel's links by ID), Close still returns only once the
+// program is detached, but that process's letting go of the link may be
+// what releases the perf event: the kernel then removes that breakpoint,
+// and counts down its USDT semaphore, a moment after Close returns.
 func (l *Link) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -110,7 +110,7 @@ func (f *File) Probes(pattern string) ([]Probe, error) {
 	}
 	pat, err := glob.Compile(pattern)
 	if err != nil {
-		return nil, fmt.Errorf("usdt: %w", err)
+		return nil, fmt.Errorf("usdt: %s: %w", f.Path, err)
 	}
 	var out []Probe
 	var buf []byte

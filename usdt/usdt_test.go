@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/multiprobe/multiprobe/internal/glob"
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // argCounts are the probes of the fixtures' probes.c and sema.c with their
@@ -332,6 +334,44 @@ func TestMalformedNotes(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrMalformedNote) {
 			t.Errorf("%s: %v is not ErrMalformedNote", c.name, err)
+		}
+	}
+}
+
+// TestErrorsNamePath checks that every error about a file names it: a
+// user probing many binaries must see which one failed.
+func TestErrorsNamePath(t *testing.T) {
+	tg := buildTargets(t)
+	dir := t.TempDir()
+	notELF := filepath.Join(dir, "not-elf")
+	if err := os.WriteFile(notELF, []byte("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, path, pattern string
+	}{
+		{"missing", filepath.Join(dir, "missing"), "*"},
+		{"directory", dir, "*"},
+		{"fifo", fifo, "*"},
+		{"not ELF", notELF, "*"},
+		{"bad pattern", tg.exe, "mptest:["},
+		{"no match", tg.exe, "mptest:nothing"},
+		{"no notes", "/proc/self/exe", "*"},
+	} {
+		f, err := Open(c.path)
+		if err == nil {
+			_, err = f.Probes(c.pattern)
+		}
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.path) {
+			t.Errorf("%s: %q does not name %s", c.name, err, c.path)
 		}
 	}
 }
