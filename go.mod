@@ -8,4 +8,6 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
+require golang.org/x/arch v0.33.0
+
 tool github.com/cilium/ebpf/cmd/bpf2go

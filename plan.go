@@ -21,6 +21,13 @@ import (
 // Resolve again.
 var ErrFileChanged = errors.New("binary changed since it was resolved")
 
+// ErrGoReturn is returned for a return probe on a Go program. The kernel's
+// return probe replaces the return address on the stack with a trampoline
+// of its own, and Go's stack copier and unwinder, meeting an address that
+// belongs to no function, crash the program ("unexpected return pc").
+// Probe the function's entry instead.
+var ErrGoReturn = errors.New("return probes crash Go programs")
+
 // A Plan is what Resolve decided: for each probe its file, the sites it
 // selected and which of those no earlier probe of the same file and kind
 // took, with the kernel's features and the Options. Offsets and cookies
@@ -173,6 +180,10 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 					return nil, fmt.Errorf("probe %s: %s: %w", p, of.path, err)
 				}
 				syms[of.real] = f
+			}
+			if p.Kind == Return && f.IsGo() {
+				return nil, fmt.Errorf("probe %s: %s is a Go program: %w (Go's unwinder cannot walk the kernel's return trampoline); probe the entry instead",
+					p, of.path, ErrGoReturn)
 			}
 			pp.sel, err = f.Select(p.Patterns...)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -38,6 +39,9 @@ type File struct {
 	// pclntab and textAddr come from a stripped Go binary.
 	pclntab  []byte
 	textAddr uint64
+	// goCode reads a Go binary's code, for where its functions' bodies
+	// start (see goentry.go); nil for other files.
+	goCode io.ReaderAt
 
 	// refs counts the holders of the tables' mappings: the File until
 	// Close, and each Selection until it has read its names (see
@@ -67,7 +71,12 @@ func Open(path string) (*File, error) {
 		}
 		return nil, err
 	}
-	defer fd.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			fd.Close()
+		}
+	}()
 	st, err := fd.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", path, err)
@@ -99,6 +108,10 @@ func Open(path string) (*File, error) {
 		}
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
+	if f.goCode != nil {
+		// Read through the descriptor, not a mapping: see narrow.
+		f.goCode, keep = fd, true
+	}
 	return f, nil
 }
 
@@ -122,7 +135,11 @@ func (f *File) Close() error {
 	if closed {
 		return nil
 	}
-	return f.release()
+	var err error
+	if c, ok := f.goCode.(*os.File); ok {
+		err = c.Close()
+	}
+	return errors.Join(err, f.release())
 }
 
 // hold keeps the tables mapped until a matching release.
@@ -149,6 +166,10 @@ func (f *File) release() error {
 	}
 	return errors.Join(errs...)
 }
+
+// IsGo reports whether the file is a Go program, whose functions' entry
+// sites Select places after their stack check.
+func (f *File) IsGo() bool { return f.goCode != nil }
 
 // Path returns the path or name the File was opened with.
 func (f *File) Path() string { return f.path }
@@ -233,6 +254,9 @@ func newFile(name string, data []byte) (*File, error) {
 		if err := f.readVerdef(ef, verdef); err != nil {
 			return nil, err
 		}
+	}
+	if ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil {
+		f.goCode = bytes.NewReader(data)
 	}
 	if len(symtabs) == 0 {
 		if s := ef.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {

@@ -34,10 +34,22 @@ type Site struct {
 	Size    uint64
 	// Address is the symbol's virtual address as linked.
 	Address uint64
-	// Offset is the file offset of Address, from the PT_LOAD program header
-	// that contains it: what the kernel's uprobe interfaces take.
+	// Offset is the file offset the kernel's uprobe interfaces are given:
+	// that of Address, from the PT_LOAD program header that contains it,
+	// unless the function's code runs from elsewhere (see Moved).
 	Offset uint64
+	// SymbolOffset is the file offset of Address.
+	SymbolOffset uint64
+	// Moved says why Offset is not SymbolOffset, "" when they are equal.
+	Moved string
 }
+
+// MovedGoStackCheck is Site.Moved for a Go function probed after its
+// stack check: runtime.morestack runs a function again from its first
+// instruction when its stack grows, so a probe there would count that call
+// twice. The arguments are still in their registers there (ABIInternal:
+// RAX, RBX, RCX, RDI, RSI, R8-R11 on x86-64; R0-R15 on arm64).
+const MovedGoStackCheck = "after the Go stack check"
 
 // String returns the site as NAME@OFFSET.
 func (s Site) String() string {
@@ -99,6 +111,9 @@ type Selection struct {
 	once    sync.Once
 	sites   []Site
 	tables  *tablesHold // nil if the Sites need no second reading
+	// symOffsets are the symbols' offsets where offsets are not: in a Go
+	// binary, offsets are past the stack checks.
+	symOffsets []uint64
 }
 
 // A tablesHold is a Selection's hold on its File's tables. It is apart from
@@ -150,6 +165,10 @@ func (f *File) Select(patterns ...string) (*Selection, error) {
 			}
 		}
 	}
+	if f.goCode != nil {
+		s.symOffsets = s.offsets
+		s.offsets = goEntries(f, s.offsets)
+	}
 	r.m = nil
 	if r.n == 0 || len(f.tables) == 0 {
 		r.f = nil // nothing to read again: the hits are the Go table's
@@ -159,6 +178,20 @@ func (f *File) Select(patterns ...string) (*Selection, error) {
 	s.tables = &tablesHold{f: f}
 	runtime.AddCleanup(s, (*tablesHold).release, s.tables)
 	return s, nil
+}
+
+// goEntries returns where the bodies of the Go functions at offsets start
+// (see goentry.go), in the same order: each is within its function, so
+// the order of the offsets holds. One read a function: a few microseconds
+// each, only for Go binaries.
+func goEntries(f *File, offsets []uint64) []uint64 {
+	out := make([]uint64, len(offsets))
+	var buf [goEntryWindow]byte
+	for i, off := range offsets {
+		n, _ := f.goCode.ReadAt(buf[:], int64(off))
+		out[i] = off + uint64(goEntry(f.machine, buf[:n]))
+	}
+	return out
 }
 
 // Len returns the number of sites.
@@ -180,6 +213,13 @@ func (s *Selection) Sites() []Site {
 		}
 		s.sites = s.r.finish()
 		s.r = nil // the hits and keys are garbage now; the names stay
+		for i := range s.sites {
+			st := &s.sites[i]
+			st.SymbolOffset = st.Offset
+			if s.symOffsets != nil && s.offsets[i] != st.Offset {
+				st.Offset, st.Moved = s.offsets[i], MovedGoStackCheck
+			}
+		}
 	})
 	return s.sites
 }

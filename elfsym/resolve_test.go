@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 )
 
@@ -743,4 +744,52 @@ func TestSelectionHold(t *testing.T) {
 		runtime.Gosched()
 	}
 	_ = s
+}
+
+// TestGoEntries checks that the entry sites of a Go program's functions
+// are past their stack checks, for x86-64 and arm64, with and without a
+// symbol table, and that a function without a check keeps its symbol's
+// address. That the kernel then counts each call once, stack growth or
+// not, the root package's TestGoStackGrowth checks.
+func TestGoEntries(t *testing.T) {
+	for _, goarch := range []string{"amd64", "arm64"} {
+		for _, stripped := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/stripped=%v", goarch, stripped), func(t *testing.T) {
+				path, err := testprogs.BuildGoTarget(goarch, stripped)
+				if errors.Is(err, os.ErrNotExist) {
+					testutil.RequireTool(t, "go", err)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				f, err := Open(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if !f.IsGo() {
+					t.Fatal("IsGo() = false")
+				}
+				sites, err := f.Resolve(testprogs.GoTargetFuncs...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(sites) != len(testprogs.GoTargetFuncs) {
+					t.Fatalf("%d sites: %v", len(sites), sites)
+				}
+				for _, s := range sites {
+					// Leaf is nosplit; Pair is a leaf with a small
+					// frame, which the compiler leaves unchecked too.
+					want := MovedGoStackCheck
+					if s.Name == "main.Leaf" || s.Name == "main.Pair" {
+						want = ""
+					}
+					if s.Moved != want || (want != "") != (s.Offset > s.SymbolOffset) {
+						t.Errorf("%s: offset %#x, symbol %#x, moved %q; want moved %q", s.Name, s.Offset, s.SymbolOffset, s.Moved, want)
+					}
+				}
+				checkOffsets(t, path, sites)
+			})
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"debug/elf"
 	"encoding/json"
 	"fmt"
@@ -28,7 +29,11 @@ type listedSite struct {
 	Type    string   `json:"type"`
 	Size    uint64   `json:"size"`
 	Address uint64   `json:"address"`
-	Offset  uint64   `json:"offset"`
+	// Offset is where the probe goes; SymbolOffset where the symbol
+	// points, and Moved why they differ (a Go function's stack check).
+	Offset       uint64 `json:"offset"`
+	SymbolOffset uint64 `json:"symbol_offset"`
+	Moved        string `json:"moved,omitempty"`
 }
 
 func runList(args []string, stdout, stderr io.Writer) error {
@@ -56,6 +61,7 @@ func runList(args []string, stdout, stderr io.Writer) error {
 				Name: s.Name, Aliases: s.Aliases, Version: s.Version,
 				Bind: symBind(s), Type: symType(s),
 				Size: s.Size, Address: s.Address, Offset: s.Offset,
+				SymbolOffset: s.SymbolOffset, Moved: s.Moved,
 			}
 		}
 		enc := json.NewEncoder(stdout)
@@ -65,16 +71,26 @@ func runList(args []string, stdout, stderr io.Writer) error {
 			Sites []listedSite `json:"sites"`
 		}{path, out})
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tOFFSET\tSIZE\tTYPE\tBIND\tALIASES")
+	// Buffered: the tabwriter writes each cell on its own, thousands of
+	// write calls for a long listing.
+	bw := bufio.NewWriter(stdout)
+	tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tOFFSET\tSIZE\tTYPE\tBIND\tALIASES\tNOTE")
 	for _, s := range sites {
 		name := s.Name
 		if s.Version != "" && !strings.Contains(name, "@") {
 			name += "@@" + s.Version
 		}
-		fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\n", name, s.Offset, s.Size, symType(s), symBind(s), strings.Join(s.Aliases, ","))
+		note := ""
+		if s.Moved != "" {
+			note = fmt.Sprintf("symbol at %#x; probed %s", s.SymbolOffset, s.Moved)
+		}
+		fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", name, s.Offset, s.Size, symType(s), symBind(s), strings.Join(s.Aliases, ","), note)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := bw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%d sites in %s\n", len(sites), path)
