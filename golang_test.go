@@ -1,7 +1,6 @@
 package multiprobe_test
 
 import (
-	"errors"
 	"fmt"
 	"os/exec"
 	"testing"
@@ -87,15 +86,52 @@ func TestGoStackGrowth(t *testing.T) {
 	})
 }
 
-// TestGoReturnRefused checks that a return probe on a Go function is
-// refused up front: the kernel's return probe swaps the return address for
-// its trampoline, and Go's stack copier and unwinder crash the program on
-// meeting it.
-func TestGoReturnRefused(t *testing.T) {
-	target := testprogs.GoTarget(t, false)
-	probes := mustParse(t, "uretprobe:"+target+":main.Deep")
-	_, err := multiprobe.Resolve(probes, nil)
-	if !errors.Is(err, multiprobe.ErrGoReturn) {
-		t.Fatalf("Resolve: %v, want ErrGoReturn", err)
+// TestGoReturns attaches uretprobe specs to a Go program: entry probes on
+// each function's return instructions stand for the kernel's return probe,
+// which would crash it. Every return is counted once, stack growth or not,
+// the last return value is read from the result register, and the program
+// exits normally. Both attach paths, with and without a symbol table.
+func TestGoReturns(t *testing.T) {
+	const goroutines, depth, n = 50, 2000, 100
+	want := map[string]struct {
+		calls uint64
+		last  int64
+	}{
+		"main.Deep": {goroutines * (depth + 1), depth / 2}, // Deep(n) counts the odd numbers up to n
+		"main.Big":  {n, n - 1},
+		"main.Leaf": {n, 2*(n-1) + 1},
+		"main.Pair": {n, 1 - n}, // n-1 is odd: (-(n-1), 2)
 	}
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		for _, stripped := range []bool{false, true} {
+			t.Run(fmt.Sprintf("stripped=%v", stripped), func(t *testing.T) {
+				target := testprogs.PrivateCopy(t, testprogs.GoTarget(t, stripped))
+				c, plans := setup(t, f, multiprobe.Options{}, []string{"uretprobe:" + target + ":main.Deep,main.Big,main.Leaf,main.Pair"})
+				l := mustAttach(t, plans[0], c.RecordReturn)
+				out, err := exec.Command(target, fmt.Sprint(goroutines), fmt.Sprint(depth), fmt.Sprint(n)).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", target, err, out)
+				}
+				sites := l.Sites()
+				counts, err := testprogs.ReadArray(c.RetCounts, len(sites))
+				if err != nil {
+					t.Fatal(err)
+				}
+				values, err := testprogs.ReadArray(c.RetValues, len(sites))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for cookie, s := range sites {
+					w := want[s.Name]
+					if len(s.Returns) == 0 {
+						t.Errorf("%s: no return instructions", s.Name)
+					}
+					if counts[cookie] != w.calls || int64(values[cookie]) != w.last {
+						t.Errorf("%s (returns at %#x): %d returns, last value %d; want %d, %d",
+							s.Name, s.Returns, counts[cookie], int64(values[cookie]), w.calls, w.last)
+					}
+				}
+			})
+		}
+	})
 }

@@ -36,6 +36,14 @@ type Site struct {
 	// mp_usdt_cookie for a USDT site, whose kernel cookie also carries its
 	// argument spec id.
 	Cookie uint64
+	// Returns, for a uretprobe spec's site in a Go program, are the file
+	// offsets of the function's return instructions, where entry probes
+	// stand for the kernel's return probe (which Go's unwinder cannot
+	// walk): the program runs there with the site's cookie and the
+	// results in their registers (RAX, RBX, ... on x86-64; R0, R1, ... on
+	// arm64), where PT_REGS_RC reads the first. Offset is then the
+	// function's entry, which is not probed.
+	Returns []uint64
 	// RefCtrOffset is the file offset of the USDT semaphore that the
 	// kernel counts up while the site is attached, 0 for none.
 	RefCtrOffset uint64
@@ -69,6 +77,13 @@ type Options struct {
 	// with an error wrapping attach.ErrSessionUnsupported. uretprobe and
 	// usdt specs cannot be sessions.
 	Session bool
+	// GoKernelReturns makes a uretprobe spec on a Go program use the
+	// kernel's return probe, as on any other binary, and allows sessions
+	// there. That crashes the program as soon as its stack grows or is
+	// walked (see ErrGoReturn): it is for showing that, not for use. By
+	// default a uretprobe spec on a Go program probes each function's
+	// return instructions with entry probes (see Site.Returns).
+	GoKernelReturns bool
 }
 
 // setup fills in the kernel's features and checks the options.
@@ -253,6 +268,9 @@ func (pl *Plan) name(targets []target.Target) {
 		}
 		for _, s := range sites[k : k+n] {
 			m[s.Offset] = s.Name
+			for _, off := range s.Returns {
+				m[off] = s.Name + " (a return)"
+			}
 		}
 		k += n
 	}

@@ -21,12 +21,13 @@ import (
 // Resolve again.
 var ErrFileChanged = errors.New("binary changed since it was resolved")
 
-// ErrGoReturn is returned for a return probe on a Go program. The kernel's
-// return probe replaces the return address on the stack with a trampoline
-// of its own, and Go's stack copier and unwinder, meeting an address that
-// belongs to no function, crash the program ("unexpected return pc").
-// Probe the function's entry instead.
-var ErrGoReturn = errors.New("return probes crash Go programs")
+// ErrGoReturn is returned for uprobe sessions on a Go program. The kernel's
+// return probe, which a session's return part is, replaces the return
+// address on the stack with a trampoline of its own, and Go's stack copier
+// and unwinder, meeting an address that belongs to no function, crash the
+// program ("unexpected return pc"). A uretprobe spec on a Go program
+// avoids it: see Site.Returns.
+var ErrGoReturn = errors.New("the kernel's return probes crash Go programs")
 
 // A Plan is what Resolve decided: for each probe its file, the sites it
 // selected and which of those no earlier probe of the same file and kind
@@ -63,6 +64,18 @@ type planned struct {
 	usdt  []Site            // a USDT probe's sites, built already
 	// keep says which of the probe's sites are its own; nil: all of them.
 	keep []bool
+	// rets are, for a uretprobe spec on a Go program, each site's return
+	// instructions, which entry probes stand for the kernel's return
+	// probe at (see Site.Returns).
+	rets [][]uint64
+}
+
+// attachAs is the kind of link the probe's sites attach through.
+func (p *planned) attachAs() Kind {
+	if p.rets != nil {
+		return Entry
+	}
+	return p.probe.Kind.attachAs()
 }
 
 // openFile is one resolved binary, held open from Resolve to Attach.
@@ -181,11 +194,16 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 				}
 				syms[of.real] = f
 			}
-			if p.Kind == Return && f.IsGo() {
-				return nil, fmt.Errorf("probe %s: %s is a Go program: %w (Go's unwinder cannot walk the kernel's return trampoline); probe the entry instead",
+			if pl.opts.Session && f.IsGo() && !pl.opts.GoKernelReturns {
+				return nil, fmt.Errorf("probe %s: %s is a Go program: uprobe sessions: %w; attach entry and return probes instead",
 					p, of.path, ErrGoReturn)
 			}
 			pp.sel, err = f.Select(p.Patterns...)
+			if err == nil && p.Kind == Return && f.IsGo() && !pl.opts.GoKernelReturns {
+				if pp.rets, err = pp.sel.GoReturns(); err != nil {
+					err = fmt.Errorf("%w; exclude those functions ('!name'): their returns cannot be probed", err)
+				}
+			}
 		}
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
@@ -309,6 +327,9 @@ func (pl *Plan) build() []Site {
 				sym := &syms[k]
 				s.Name, s.Offset, s.Symbol = sym.Name, sym.Offset, sym
 				s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(len(sites)-1)
+				if pp.rets != nil {
+					s.Returns = pp.rets[k]
+				}
 			}
 		}
 	}
@@ -329,7 +350,7 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 	for i := range pl.probes {
 		pp := &pl.probes[i]
 		offs := pp.offsets()
-		if pp.probe.Kind.attachAs() != kind {
+		if pp.attachAs() != kind {
 			n := pp.count(len(offs))
 			cookie += uint64(n)
 			if pp.probe.Kind == USDT {
@@ -344,7 +365,7 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 			targets = append(targets, target.Target{Path: pp.file.path, File: pp.file.f})
 		}
 		t := &targets[ti]
-		if pp.keep == nil && t.Offsets == nil && pp.sel != nil {
+		if pp.keep == nil && t.Offsets == nil && pp.sel != nil && pp.rets == nil {
 			// Clipped, so that a later probe of this file appends to
 			// a copy rather than into the Selection's array.
 			t.Offsets = slices.Clip(offs)
@@ -371,13 +392,19 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 			if rc != 0 && t.RefCtrOffsets == nil {
 				t.RefCtrOffsets = make([]uint64, len(t.Offsets), cap(t.Offsets))
 			}
-			t.Offsets = append(t.Offsets, off)
-			t.Cookies = append(t.Cookies, c)
-			if t.RefCtrOffsets != nil {
-				t.RefCtrOffsets = append(t.RefCtrOffsets, rc)
+			at := []uint64{off}
+			if pp.rets != nil {
+				at = pp.rets[j] // one cookie for the function's returns
 			}
-			if t.Names != nil {
-				t.Names = append(t.Names, name)
+			for _, off := range at {
+				t.Offsets = append(t.Offsets, off)
+				t.Cookies = append(t.Cookies, c)
+				if t.RefCtrOffsets != nil {
+					t.RefCtrOffsets = append(t.RefCtrOffsets, rc)
+				}
+				if t.Names != nil {
+					t.Names = append(t.Names, name)
+				}
 			}
 			cookie++
 		}

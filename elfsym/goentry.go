@@ -2,6 +2,7 @@ package elfsym
 
 import (
 	"debug/elf"
+	"fmt"
 
 	"golang.org/x/arch/arm64/arm64asm"
 	"golang.org/x/arch/x86/x86asm"
@@ -121,4 +122,112 @@ func isStackGuardARM64(a arm64asm.Arg) bool {
 		return false
 	}
 	return m.String() == "[X28,#16]"
+}
+
+// GoReturns returns, for each site of a Go program's Selection in the
+// order of Offsets, the file offsets of its function's return
+// instructions. Probing those with entry probes is how a Go function's
+// returns are seen: the kernel's return probe replaces the return address
+// on the stack, which Go's stack copier and unwinder cannot walk (the
+// program dies with "unexpected return pc"). There, the results are still
+// in their registers (ABIInternal: RAX, RBX, ... on x86-64; R0, R1, ... on
+// arm64), where a return probe would read them. A function that never
+// returns has none.
+//
+// It decodes each function whole, within its symbol's size, so it reads
+// the file: call it before the File is closed. It fails with
+// ErrUnsupported for a file that is not a Go program, or a function that
+// leaves by a jump to another function (a tail call, whose return would
+// not be seen) or that does not decode.
+func (s *Selection) GoReturns() ([][]uint64, error) {
+	f := s.goFile
+	if f == nil {
+		return nil, fmt.Errorf("%w: return instructions are decoded for Go programs only", ErrUnsupported)
+	}
+	f.mu.Lock()
+	closed := f.closed
+	f.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%s: GoReturns on a closed File", f.path)
+	}
+	out := make([][]uint64, len(s.symOffsets))
+	var code []byte
+	for i, start := range s.symOffsets {
+		size := s.sizes[i]
+		if size == 0 || size > 1<<24 {
+			return nil, fmt.Errorf("%s: %w: function at %#x has size %d: its return instructions cannot be found",
+				f.path, ErrUnsupported, start, size)
+		}
+		if uint64(cap(code)) < size {
+			code = make([]byte, size)
+		}
+		code = code[:size]
+		if n, err := f.goCode.ReadAt(code, int64(start)); uint64(n) != size {
+			return nil, fmt.Errorf("%s: reading the function at %#x: %w", f.path, start, err)
+		}
+		rets, err := goReturns(f.machine, code)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: function at %#x: %w", f.path, ErrUnsupported, start, err)
+		}
+		for j := range rets {
+			rets[j] += start
+		}
+		out[i] = rets
+	}
+	return out, nil
+}
+
+// goReturns returns the offsets in code, one function's, of its return
+// instructions.
+func goReturns(machine elf.Machine, code []byte) ([]uint64, error) {
+	var rets []uint64
+	switch machine {
+	case elf.EM_X86_64:
+		for at := 0; at < len(code); {
+			inst, err := x86asm.Decode(code[at:], 64)
+			if err != nil {
+				return nil, fmt.Errorf("at +%#x: %w", at, err)
+			}
+			switch inst.Op {
+			case x86asm.RET:
+				rets = append(rets, uint64(at))
+			case x86asm.JMP:
+				if rel, ok := inst.Args[0].(x86asm.Rel); ok {
+					if to := at + inst.Len + int(rel); to < 0 || to >= len(code) {
+						return nil, fmt.Errorf("at +%#x: a jump out of the function (a tail call)", at)
+					}
+				}
+				// An indirect jump is a jump table's (a switch), within
+				// the function.
+			}
+			at += inst.Len
+		}
+	case elf.EM_AARCH64:
+		for at := 0; at+4 <= len(code); at += 4 {
+			inst, err := arm64asm.Decode(code[at : at+4])
+			if err != nil {
+				// An instruction the decoder does not know (a newer
+				// extension's, or padding) is neither a return nor a
+				// branch, which are all in the base set, and takes 4
+				// bytes like any other.
+				continue
+			}
+			switch inst.Op {
+			case arm64asm.RET:
+				rets = append(rets, uint64(at))
+			case arm64asm.B:
+				if _, cond := inst.Args[0].(arm64asm.Cond); cond {
+					continue
+				}
+				if rel, ok := inst.Args[0].(arm64asm.PCRel); ok {
+					if to := at + int(rel); to < 0 || to >= len(code) {
+						return nil, fmt.Errorf("at +%#x: a branch out of the function (a tail call)", at)
+					}
+				}
+			}
+		}
+	default:
+		return nil, fmt.Errorf("no decoder for %s", machine)
+	}
+	return rets, nil
 }

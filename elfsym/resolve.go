@@ -112,8 +112,11 @@ type Selection struct {
 	sites   []Site
 	tables  *tablesHold // nil if the Sites need no second reading
 	// symOffsets are the symbols' offsets where offsets are not: in a Go
-	// binary, offsets are past the stack checks.
+	// binary, offsets are past the stack checks. sizes are the functions'
+	// sizes there, and goFile the File, for GoReturns.
 	symOffsets []uint64
+	sizes      []uint64
+	goFile     *File
 }
 
 // A tablesHold is a Selection's hold on its File's tables. It is apart from
@@ -168,6 +171,20 @@ func (f *File) Select(patterns ...string) (*Selection, error) {
 	if f.goCode != nil {
 		s.symOffsets = s.offsets
 		s.offsets = goEntries(f, s.offsets)
+		// The functions' extents, for GoReturns: a Go binary's
+		// selections are small next to a C library's, so their names
+		// are read now.
+		r.collect()
+		s.goFile = f
+		for g := range r.groups {
+			if r.selected(g) {
+				size := uint64(0)
+				for _, k := range g {
+					size = max(size, r.hit(r.index(k)).size)
+				}
+				s.sizes = append(s.sizes, size)
+			}
+		}
 	}
 	r.m = nil
 	if r.n == 0 || len(f.tables) == 0 {

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -791,5 +792,64 @@ func TestGoEntries(t *testing.T) {
 				checkOffsets(t, path, sites)
 			})
 		}
+	}
+}
+
+// TestGoReturns checks the return instructions GoReturns finds against
+// those go tool objdump lists, for x86-64 and arm64.
+func TestGoReturns(t *testing.T) {
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	for _, goarch := range []string{"amd64", "arm64"} {
+		t.Run(goarch, func(t *testing.T) {
+			path, err := testprogs.BuildGoTarget(goarch, false)
+			if errors.Is(err, os.ErrNotExist) {
+				testutil.RequireTool(t, "go", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := exec.Command(gobin, "tool", "objdump", "-s", `^main\.(Deep|Big|Leaf|Pair)$`, path).Output()
+			testutil.RequireTool(t, "go tool objdump", err)
+			// want[function] = addresses of its RET instructions.
+			want := map[string][]uint64{}
+			fn := ""
+			for _, line := range strings.Split(string(out), "\n") {
+				if rest, ok := strings.CutPrefix(line, "TEXT "); ok {
+					fn, _, _ = strings.Cut(rest, "(SB)")
+					want[fn] = []uint64{}
+					continue
+				}
+				fields := strings.Fields(line)
+				if len(fields) >= 4 && fields[3] == "RET" {
+					addr, err := strconv.ParseUint(strings.TrimPrefix(fields[1], "0x"), 16, 64)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want[fn] = append(want[fn], addr)
+				}
+			}
+			f, err := Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			sel, err := f.Select(testprogs.GoTargetFuncs...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rets, err := sel.GoReturns()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range sel.Sites() {
+				var got []uint64
+				for _, off := range rets[i] {
+					got = append(got, off-s.SymbolOffset+s.Address)
+				}
+				if w := want[s.Name]; len(w) == 0 || !slices.Equal(got, w) {
+					t.Errorf("%s: returns at %#x, objdump says %#x", s.Name, got, w)
+				}
+			}
+		})
 	}
 }

@@ -95,6 +95,19 @@ func prebuild(dst string, sizes []int) error {
 			fx, err := testprogs.BuildUSDTFixtures("")
 			return []string{fx.Lib, fx.Exe, fx.ExeO0, fx.ExeNoPIE}, err
 		},
+		// The Go target, for the guest's GOARCH (this process's
+		// environment says which when it is not the host's).
+		func() ([]string, error) {
+			var out []string
+			for _, stripped := range []bool{false, true} {
+				p, err := testprogs.BuildGoTarget(os.Getenv("GOARCH"), stripped)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, p)
+			}
+			return out, nil
+		},
 	}
 	for _, n := range sizes {
 		builds = append(builds, one(func() (string, error) { return testprogs.Target(n) }))
