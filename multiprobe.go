@@ -36,6 +36,11 @@ type Site struct {
 	// mp_usdt_cookie for a USDT site, whose kernel cookie also carries its
 	// argument spec id.
 	Cookie uint64
+	// Moved says why Offset is not where the symbol points, "" if it is:
+	// elfsym.MovedGoStackCheck for a Go function, MovedIFunc for an IFUNC
+	// symbol probed at its implementation, or MovedNot with the reason an
+	// IFUNC's implementation was not found (the resolver is probed).
+	Moved string
 	// Returns, for a uretprobe spec's site in a Go program, are the file
 	// offsets of the function's return instructions, where entry probes
 	// stand for the kernel's return probe (which Go's unwinder cannot
@@ -54,6 +59,16 @@ type Site struct {
 
 	args *usdtArgs // a USDT site's decoded arguments
 }
+
+// What Site.Moved starts with for an IFUNC symbol.
+const (
+	// MovedIFunc: the site is the implementation this machine's loader
+	// selects for the IFUNC symbol; the resolver's offset follows.
+	MovedIFunc = "the IFUNC's implementation on this machine"
+	// MovedNot: the IFUNC's implementation could not be found, and the
+	// site is its resolver, which runs once per process; why follows.
+	MovedNot = "not moved"
+)
 
 // Options are given once, to Resolve, and hold for the plan's Prepare and
 // Attach. A nil *Options is the zero value.
@@ -77,6 +92,12 @@ type Options struct {
 	// with an error wrapping attach.ErrSessionUnsupported. uretprobe and
 	// usdt specs cannot be sessions.
 	Session bool
+	// IFuncResolvers probes an IFUNC symbol (glibc's strlen, memcpy, ...)
+	// where its symbol points: at the resolver, which the loader runs once
+	// per process to choose an implementation. By default the site is that
+	// implementation, the one this machine's loader chooses (see
+	// Site.Moved).
+	IFuncResolvers bool
 	// GoKernelReturns makes a uretprobe spec on a Go program use the
 	// kernel's return probe, as on any other binary, and allows sessions
 	// there. That crashes the program as soon as its stack grows or is

@@ -1,6 +1,7 @@
 package multiprobe
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -68,6 +70,10 @@ type planned struct {
 	// instructions, which entry probes stand for the kernel's return
 	// probe at (see Site.Returns).
 	rets [][]uint64
+	// offs replace the Selection's offsets where an IFUNC's resolver gave
+	// way to its implementation; moved says, per site, what was done.
+	offs  []uint64
+	moved []string
 }
 
 // attachAs is the kind of link the probe's sites attach through.
@@ -107,6 +113,9 @@ func (o *openFile) changed() error {
 
 // offsets returns the file offsets of the probe's sites, kept or not.
 func (p *planned) offsets() []uint64 {
+	if p.offs != nil {
+		return p.offs
+	}
 	if p.sel != nil {
 		return p.sel.Offsets()
 	}
@@ -199,6 +208,9 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 					p, of.path, ErrGoReturn)
 			}
 			pp.sel, err = f.Select(p.Patterns...)
+			if err == nil && pp.sel.HasIFunc() && !pl.opts.IFuncResolvers {
+				pp.implementations(of, f)
+			}
 			if err == nil && p.Kind == Return && f.IsGo() && !pl.opts.GoKernelReturns {
 				if pp.rets, err = pp.sel.GoReturns(); err != nil {
 					err = fmt.Errorf("%w; exclude those functions ('!name'): their returns cannot be probed", err)
@@ -330,6 +342,10 @@ func (pl *Plan) build() []Site {
 				if pp.rets != nil {
 					s.Returns = pp.rets[k]
 				}
+				s.Moved = sym.Moved
+				if pp.offs != nil {
+					s.Offset, s.Moved = pp.offs[k], pp.moved[k]
+				}
 			}
 		}
 	}
@@ -428,4 +444,42 @@ type preparedSpec struct {
 	section *ebpf.MapSpec // .rodata.mp_cookie
 	fixed   uint32        // offsets of mp_cookie_fixed and mp_cookie_value in it
 	value   uint32
+}
+
+// implementations replaces the offsets of the probe's IFUNC sites, whose
+// symbols point at their resolvers (which run once per process, at
+// relocation), with those of the implementations this machine's loader
+// selects (package ifunc). Where one cannot be found the resolver stays,
+// and its Site says why: a probe that attaches fewer functions than it
+// named would be worse than one that says what it probes.
+func (pp *planned) implementations(of *openFile, f *elfsym.File) {
+	sites := pp.sel.Sites()
+	var idx []int
+	var resolvers []uint64
+	for i := range sites {
+		if sites[i].Type == elf.STT_GNU_IFUNC {
+			idx = append(idx, i)
+			resolvers = append(resolvers, sites[i].Address)
+		}
+	}
+	pp.offs = slices.Clone(pp.sel.Offsets())
+	pp.moved = make([]string, len(sites))
+	impls, err := ifunc.Resolve(of.path, resolvers)
+	for j, i := range idx {
+		var off uint64
+		ok := err == nil || (impls != nil && impls[j] != 0)
+		if ok {
+			off, ok = f.FileOffset(impls[j])
+		}
+		if !ok {
+			why := err
+			if why == nil {
+				why = fmt.Errorf("implementation %#x is not in an executable segment", impls[j])
+			}
+			pp.moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: %v)", MovedNot, why)
+			continue
+		}
+		pp.offs[i] = off
+		pp.moved[i] = fmt.Sprintf("%s (resolver at %#x)", MovedIFunc, sites[i].Offset)
+	}
 }

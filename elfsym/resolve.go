@@ -117,7 +117,12 @@ type Selection struct {
 	symOffsets []uint64
 	sizes      []uint64
 	goFile     *File
+	ifunc      bool // a selected symbol is an IFUNC
 }
+
+// HasIFunc reports whether a selected symbol is an IFUNC (STT_GNU_IFUNC):
+// its Site's Address is its resolver's (see package ifunc).
+func (s *Selection) HasIFunc() bool { return s.ifunc }
 
 // A tablesHold is a Selection's hold on its File's tables. It is apart from
 // the Selection so that a cleanup can release it once the Selection is
@@ -158,6 +163,9 @@ func (f *File) Select(patterns ...string) (*Selection, error) {
 		return nil, err
 	}
 	s := &Selection{r: r, offsets: r.offsets}
+	for w := range r.parts {
+		s.ifunc = s.ifunc || r.parts[w].ifunc
+	}
 	if dropped {
 		// Only a weak definition that lost to a strong one leaves an
 		// offset without a selected name.
@@ -734,6 +742,7 @@ type scanPart struct {
 	index           int      // in resolver.parts
 	hit, arena      int      // where the part's hits and names start
 	aliases         []uint32 // entries at selected offsets, not selected
+	ifunc           bool     // some entry selected is an IFUNC
 }
 
 type found struct {
@@ -837,6 +846,7 @@ func (r *resolver) find(p *scanPart, bases []int, cands []bitmap) {
 					p.found = append(make([]found, 0, max(64, 2*cap(p.found))), p.found...)
 				}
 				p.found = append(p.found, found{offset: off, entry: uint32(bases[t] + i), pattern: int16(pat)})
+				p.ifunc = p.ifunc || elf.SymType(e[4]&0xf) == elf.STT_GNU_IFUNC
 				p.bytes += nameSize(name, ver, def)
 			}
 		}

@@ -148,3 +148,26 @@ func ThreadsTarget(tb testing.TB) string {
 func BuildThreadsTarget() (string, error) {
 	return buildCached("threads", []unit{{name: "threads.c", src: threadsSource}}, []string{"-O1", "-pthread"})
 }
+
+//go:embed c/ifunc_target.c
+var ifuncSource []byte
+
+// IFuncTarget returns the path of the IFUNC target (c/ifunc_target.c),
+// built on first use and cached like [Target]. -fno-builtin keeps gcc from
+// open-coding the calls, so that each goes through the PLT to glibc.
+func IFuncTarget(tb testing.TB) string {
+	tb.Helper()
+	path, err := BuildIFuncTarget()
+	if errors.Is(err, os.ErrNotExist) {
+		testutil.RequireTool(tb, "gcc", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// BuildIFuncTarget is IFuncTarget outside a test.
+func BuildIFuncTarget() (string, error) {
+	return buildCached("ifunc", []unit{{name: "ifunc_target.c", src: ifuncSource}}, []string{"-O1", "-fno-builtin"})
+}

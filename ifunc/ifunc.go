@@ -1,0 +1,226 @@
+package ifunc
+
+import (
+	"bufio"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrUnsupported is returned for a file or machine Resolve cannot run
+// resolvers for: an executable (it would have to run the program itself),
+// another architecture, or no /bin/true to host the library.
+var ErrUnsupported = errors.New("cannot resolve IFUNCs")
+
+// Resolve returns, for each resolver (the value of an IFUNC symbol of the
+// shared library at path, a virtual address as its symbol table gives
+// it), the virtual address, in the same terms, of the implementation this
+// machine's loader selects; 0 where a resolver's result is not in the
+// library (an error says which, joined with the others).
+func Resolve(path string, resolvers []uint64) ([]uint64, error) {
+	if len(resolvers) == 0 {
+		return nil, nil
+	}
+	ef, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("ifunc: %w", err)
+	}
+	defer ef.Close()
+	// A PIE is ET_DYN too; it says so in DT_FLAGS_1. (libc.so.6 has an
+	// interpreter, and runs, but is a library.)
+	flags, _ := ef.DynValue(elf.DT_FLAGS_1)
+	if ef.Type != elf.ET_DYN || (len(flags) > 0 && flags[0]&uint64(elf.DF_1_PIE) != 0) {
+		return nil, fmt.Errorf("ifunc: %s: %w: not a shared library (an executable's resolvers run only in the executable)", path, ErrUnsupported)
+	}
+	if ef.Machine != hostMachine {
+		return nil, fmt.Errorf("ifunc: %s: %w: a %s library on a %s machine", path, ErrUnsupported, ef.Machine, hostMachine)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, fmt.Errorf("ifunc: %w", err)
+	}
+	helper, err := exec.LookPath("true")
+	if err != nil {
+		return nil, fmt.Errorf("ifunc: %w: no true(1) to load %s into: %w", ErrUnsupported, path, err)
+	}
+
+	// ptrace requests must come from the thread that started the tracee.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd := exec.Command(helper)
+	cmd.Env = []string{"LD_PRELOAD=" + path, "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("ifunc: starting %s: %w", helper, err)
+	}
+	pid := cmd.Process.Pid
+	defer func() {
+		unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		unix.Wait4(pid, &ws, 0, nil)
+	}()
+	if err := waitStop(pid, unix.SIGTRAP); err != nil { // the exec
+		return nil, fmt.Errorf("ifunc: %s: %w", helper, err)
+	}
+	if err := runToEntry(pid); err != nil {
+		return nil, fmt.Errorf("ifunc: %s with %s preloaded: %w", helper, path, err)
+	}
+	bias, lo, hi, err := loadBias(pid, &st, ef)
+	if err != nil {
+		return nil, fmt.Errorf("ifunc: %s in %s: %w", path, helper, err)
+	}
+	hwcap, _ := auxv(pid, atHWCap)
+	var saved unix.PtraceRegs
+	if err := unix.PtraceGetRegs(pid, &saved); err != nil {
+		return nil, fmt.Errorf("ifunc: %w", err)
+	}
+	out := make([]uint64, len(resolvers))
+	var errs []error
+	for i, r := range resolvers {
+		got, err := call(pid, &saved, bias+r, hwcap)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("ifunc: %s: calling the resolver at %#x: %w", path, r, err)
+		case got < lo || got >= hi:
+			errs = append(errs, fmt.Errorf("ifunc: %s: the resolver at %#x returned %#x, outside the library", path, r, got))
+		default:
+			out[i] = got - bias
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// waitStop waits for the tracee to stop with sig.
+func waitStop(pid int, sig unix.Signal) error {
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil {
+		return err
+	}
+	switch {
+	case ws.Stopped() && ws.StopSignal() == sig:
+		return nil
+	case ws.Stopped():
+		return fmt.Errorf("stopped by %v, want %v", ws.StopSignal(), sig)
+	case ws.Exited():
+		return fmt.Errorf("exited with status %d (does the library load? run it with LD_PRELOAD to see)", ws.ExitStatus())
+	case ws.Signaled():
+		return fmt.Errorf("killed by %v", ws.Signal())
+	}
+	return fmt.Errorf("wait status %#x", ws)
+}
+
+// runToEntry runs the tracee to its program's entry point: by then the
+// loader has mapped and relocated every library, which is what the
+// resolvers read (the CPU features it detected, their GOTs).
+func runToEntry(pid int) error {
+	entry, err := auxv(pid, atEntry)
+	if err != nil {
+		return err
+	}
+	var orig [8]byte
+	if _, err := unix.PtracePeekData(pid, uintptr(entry), orig[:]); err != nil {
+		return fmt.Errorf("reading the entry point %#x: %w", entry, err)
+	}
+	bp := orig
+	copy(bp[:], breakpoint)
+	if _, err := unix.PtracePokeData(pid, uintptr(entry), bp[:]); err != nil {
+		return fmt.Errorf("setting a breakpoint at %#x: %w", entry, err)
+	}
+	if err := unix.PtraceCont(pid, 0); err != nil {
+		return err
+	}
+	if err := waitStop(pid, unix.SIGTRAP); err != nil {
+		return err
+	}
+	_, err = unix.PtracePokeData(pid, uintptr(entry), orig[:])
+	return err
+}
+
+// auxv returns an entry of the tracee's auxiliary vector.
+func auxv(pid int, key uint64) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/auxv", pid))
+	if err != nil {
+		return 0, err
+	}
+	for ; len(data) >= 16; data = data[16:] {
+		if binary.NativeEndian.Uint64(data) == key {
+			return binary.NativeEndian.Uint64(data[8:]), nil
+		}
+	}
+	return 0, fmt.Errorf("auxiliary vector has no entry %d", key)
+}
+
+// loadBias returns what the loader added to the library's virtual
+// addresses in the tracee, and the range its mappings span there. The
+// library is the file of st, found by device and inode, so that a path
+// through a symlink or /proc/PID/root is found too.
+func loadBias(pid int, st *unix.Stat_t, ef *elf.File) (bias, lo, hi uint64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer f.Close()
+	found, base := false, uint64(0)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// start-end perms offset dev inode path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		inode, _ := strconv.ParseUint(fields[4], 10, 64)
+		maj, min, ok := strings.Cut(fields[3], ":")
+		if !ok || inode != st.Ino {
+			continue
+		}
+		ma, _ := strconv.ParseUint(maj, 16, 32)
+		mi, _ := strconv.ParseUint(min, 16, 32)
+		if unix.Mkdev(uint32(ma), uint32(mi)) != st.Dev {
+			continue
+		}
+		start, end, _ := strings.Cut(fields[0], "-")
+		s, _ := strconv.ParseUint(start, 16, 64)
+		e, _ := strconv.ParseUint(end, 16, 64)
+		off, _ := strconv.ParseUint(fields[2], 16, 64)
+		if !found || s < lo {
+			lo = s
+		}
+		if !found || e > hi {
+			hi = e
+		}
+		if off == 0 && (base == 0 || s < base) {
+			base = s
+		}
+		found = true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, 0, err
+	}
+	if !found || base == 0 {
+		return 0, 0, 0, errors.New("not mapped by the helper: the loader did not preload it")
+	}
+	// The mapping at file offset 0 holds the first PT_LOAD segment.
+	bias = base
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			bias -= p.Vaddr &^ (uint64(os.Getpagesize()) - 1)
+			break
+		}
+	}
+	return bias, lo, hi, nil
+}
+
+// Auxiliary vector keys (<elf.h>).
+const (
+	atEntry = 9  // AT_ENTRY: the program's entry point
+	atHWCap = 16 // AT_HWCAP: the CPU's features, as arm64 resolvers take
+)

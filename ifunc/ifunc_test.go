@@ -1,0 +1,107 @@
+package ifunc_test
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/ifunc"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+)
+
+// TestResolveLibc resolves three of glibc's IFUNCs and checks each against
+// the implementation the loader chose in a running program: the address
+// its GOT holds, less where libc is mapped there.
+func TestResolveLibc(t *testing.T) {
+	testutil.RequireRoot(t) // ptrace of a child needs no root, but Yama may say otherwise
+	target := testprogs.IFuncTarget(t)
+	libc, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"strlen", "strchr", "memcpy"}
+	sites, err := elfsym.Resolve(libc, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolvers := map[string]uint64{}
+	for _, s := range sites {
+		if s.Type != elf.STT_GNU_IFUNC {
+			t.Fatalf("%s is %v, not an IFUNC", s.Name, s.Type)
+		}
+		for _, n := range append([]string{s.Name}, s.Aliases...) {
+			base, _, _ := strings.Cut(n, "@")
+			resolvers[base] = s.Address
+		}
+	}
+	var in []uint64
+	for _, n := range names {
+		in = append(in, resolvers[n])
+	}
+	impls, err := ifunc.Resolve(libc, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := exec.Command(target, "-wait", "0")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := libcBase(t, cmd.Process.Pid, libc)
+	for i, f := range strings.Fields(line) {
+		addr, err := strconv.ParseUint(strings.TrimPrefix(f, "0x"), 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := impls[i], addr-base; got != want {
+			t.Errorf("%s: resolver %#x resolved to %#x; the loader chose %#x", names[i], in[i], got, want)
+		} else {
+			t.Logf("%s: resolver %#x -> implementation %#x", names[i], in[i], got)
+		}
+	}
+}
+
+// libcBase returns where libc's first segment is mapped in process pid.
+func libcBase(t *testing.T, pid int, libc string) uint64 {
+	t.Helper()
+	real, err := os.Readlink(libc)
+	if err != nil {
+		real = libc
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 6 && f[2] == "00000000" && strings.HasSuffix(f[5], "/"+baseName(real)) {
+			start, _, _ := strings.Cut(f[0], "-")
+			v, _ := strconv.ParseUint(start, 16, 64)
+			return v
+		}
+	}
+	t.Fatalf("libc not in the maps of %d", pid)
+	return 0
+}
+
+func baseName(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
+
+func TestResolveRefusesExecutable(t *testing.T) {
+	if _, err := ifunc.Resolve("/bin/true", []uint64{0x1000}); err == nil {
+		t.Fatal("resolving an executable's IFUNCs succeeded")
+	}
+}

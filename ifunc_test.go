@@ -1,0 +1,65 @@
+package multiprobe_test
+
+import (
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+// TestIFunc counts a program's calls of three of glibc's IFUNCs through
+// the PLT: at the implementations this machine's loader selects, each of
+// the n calls is counted (libc's own calls may add some); at the resolvers
+// (Options.IFuncResolvers), which run once per process at relocation,
+// almost none are. Both attach paths.
+func TestIFunc(t *testing.T) {
+	const n = 5000
+	target := testprogs.IFuncTarget(t)
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		for _, resolvers := range []bool{false, true} {
+			t.Run(fmt.Sprintf("resolvers=%v", resolvers), func(t *testing.T) {
+				// A pid filter: other tests' processes call these too.
+				cmd := exec.Command(target, "-wait", fmt.Sprint(n))
+				stdin, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out strings.Builder
+				cmd.Stdout = &out
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer cmd.Wait()
+				defer stdin.Close()
+				c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid, IFuncResolvers: resolvers},
+					[]string{"uprobe:libc.so.6:strlen,strchr,memcpy"})
+				l := mustAttach(t, plans[0], c.CountEntry)
+				stdin.Write([]byte("go\n"))
+				stdin.Close()
+				if err := cmd.Wait(); err != nil {
+					t.Fatalf("%s: %v\n%s", target, err, out.String())
+				}
+				sites := l.Sites()
+				counts, err := testprogs.ReadArray(c.Counts, len(sites))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for cookie, s := range sites {
+					moved := strings.HasPrefix(s.Moved, multiprobe.MovedIFunc)
+					switch {
+					case !resolvers && (!moved || counts[cookie] < n):
+						t.Errorf("%s at %#x (%s): %d calls, want at least %d", s.Name, s.Offset, s.Moved, counts[cookie], n)
+					case resolvers && (s.Moved != "" || counts[cookie] > 2):
+						t.Errorf("%s at its resolver %#x (%s): %d calls, want at most 2", s.Name, s.Offset, s.Moved, counts[cookie])
+					default:
+						t.Logf("%s at %#x (%s): %d calls", s.Name, s.Offset, s.Moved, counts[cookie])
+					}
+				}
+			})
+		}
+	})
+}
