@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/ifunc"
 )
 
 func init() {
@@ -54,6 +57,7 @@ func runList(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	listIFuncs(path, sites)
 	if *asJSON {
 		out := make([]listedSite, len(sites))
 		for i, s := range sites {
@@ -81,8 +85,8 @@ func runList(args []string, stdout, stderr io.Writer) error {
 		if s.Version != "" && !strings.Contains(name, "@") {
 			name += "@@" + s.Version
 		}
-		note := ""
-		if s.Moved != "" {
+		note := s.Moved
+		if s.Moved == elfsym.MovedGoStackCheck {
 			note = fmt.Sprintf("symbol at %#x; probed %s", s.SymbolOffset, s.Moved)
 		}
 		fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", name, s.Offset, s.Size, symType(s), symBind(s), strings.Join(s.Aliases, ","), note)
@@ -110,4 +114,40 @@ func symBind(s elfsym.Site) string {
 		return "UNIQUE"
 	}
 	return strings.TrimPrefix(s.Bind.String(), "STB_")
+}
+
+// listIFuncs says, for each IFUNC site, where the implementation this
+// machine's loader selects is, as count would probe it (package ifunc):
+// the site's Offset becomes the implementation's, and Moved says so with
+// the resolver's offset, or why the resolver stays.
+func listIFuncs(path string, sites []elfsym.Site) {
+	var idx []int
+	var resolvers []uint64
+	for i := range sites {
+		if sites[i].Type == elf.STT_GNU_IFUNC {
+			idx = append(idx, i)
+			resolvers = append(resolvers, sites[i].Address)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	f, ferr := elfsym.Open(path)
+	if ferr == nil {
+		defer f.Close()
+	}
+	impls, err := ifunc.Resolve(path, resolvers)
+	for j, i := range idx {
+		s := &sites[i]
+		var off uint64
+		ok := ferr == nil && impls != nil && impls[j] != 0
+		if ok {
+			off, ok = f.FileOffset(impls[j])
+		}
+		if !ok {
+			s.Moved = fmt.Sprintf("IFUNC resolver: implementation not found: %v", errors.Join(err, ferr))
+			continue
+		}
+		s.Offset, s.Moved = off, fmt.Sprintf("%s (resolver at %#x)", multiprobe.MovedIFunc, s.SymbolOffset)
+	}
 }

@@ -15,6 +15,7 @@ func TestList(t *testing.T) {
 		contains string
 	}{
 		{"table", []string{"list", "libc.so.6", "malloc", "strlen"}, 0, "IFUNC"},
+		{"ifunc", []string{"list", "libc.so.6", "strlen"}, 0, "IFUNC's implementation on this machine (resolver at "},
 		{"no args", []string{"list"}, 2, "need a target"},
 		{"one arg", []string{"list", "/bin/sh"}, 2, "need a target"},
 		{"bad flag", []string{"list", "--nope", "/bin/sh", "x"}, 2, "flag provided but not defined"},
