@@ -479,7 +479,13 @@ func (pp *planned) implementations(of *openFile, f *elfsym.File) {
 			pp.moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: %v)", MovedNot, why)
 			continue
 		}
-		pp.offs[i] = off
 		pp.moved[i] = fmt.Sprintf("%s (resolver at %#x)", MovedIFunc, sites[i].Offset)
+		code := make([]byte, ifunc.EntryWindow)
+		n, _ := of.f.ReadAt(code, int64(off))
+		if skip, why := ifunc.Entry(f.Machine(), code[:n]); skip > 0 {
+			off += uint64(skip)
+			pp.moved[i] += ", " + why
+		}
+		pp.offs[i] = off
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -137,6 +138,7 @@ func listIFuncs(path string, sites []elfsym.Site) {
 		defer f.Close()
 	}
 	impls, err := ifunc.Resolve(path, resolvers)
+	code, _ := os.ReadFile(path) // for where on an implementation to probe
 	for j, i := range idx {
 		s := &sites[i]
 		var off uint64
@@ -148,6 +150,14 @@ func listIFuncs(path string, sites []elfsym.Site) {
 			s.Moved = fmt.Sprintf("IFUNC resolver: implementation not found: %v", errors.Join(err, ferr))
 			continue
 		}
-		s.Offset, s.Moved = off, fmt.Sprintf("%s (resolver at %#x)", multiprobe.MovedIFunc, s.SymbolOffset)
+		s.Moved = fmt.Sprintf("%s (resolver at %#x)", multiprobe.MovedIFunc, s.SymbolOffset)
+		if off < uint64(len(code)) {
+			end := min(off+ifunc.EntryWindow, uint64(len(code)))
+			if skip, why := ifunc.Entry(f.Machine(), code[off:end]); skip > 0 {
+				off += uint64(skip)
+				s.Moved += ", " + why
+			}
+		}
+		s.Offset = off
 	}
 }
