@@ -21,12 +21,12 @@ import (
 // symbol table.
 func TestGoStackGrowth(t *testing.T) {
 	const goroutines, depth, n = 50, 2000, 100
-	want := map[string]uint64{"main.Deep": goroutines * (depth + 1), "main.Big": n, "main.Leaf": n}
+	want := map[string]uint64{"main.Deep": goroutines * (depth + 1), "main.Big": n, "main.Leaf": n, "main.Panicky": n}
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		for _, stripped := range []bool{false, true} {
 			t.Run(fmt.Sprintf("stripped=%v", stripped), func(t *testing.T) {
 				target := testprogs.PrivateCopy(t, testprogs.GoTarget(t, stripped))
-				c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":main.Deep,main.Big,main.Leaf"})
+				c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":main.Deep,main.Big,main.Leaf,main.Panicky"})
 				l := mustAttach(t, plans[0], c.CountEntry)
 				run := func() {
 					t.Helper()
@@ -101,12 +101,15 @@ func TestGoReturns(t *testing.T) {
 		"main.Big":  {n, n - 1},
 		"main.Leaf": {n, 2*(n-1) + 1},
 		"main.Pair": {n, 1 - n}, // n-1 is odd: (-(n-1), 2)
+		// A panic unwinds without returning: every tenth call of
+		// Panicky is no return; the last return is Panicky(99).
+		"main.Panicky": {n - n/10, 99},
 	}
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		for _, stripped := range []bool{false, true} {
 			t.Run(fmt.Sprintf("stripped=%v", stripped), func(t *testing.T) {
 				target := testprogs.PrivateCopy(t, testprogs.GoTarget(t, stripped))
-				c, plans := setup(t, f, multiprobe.Options{}, []string{"uretprobe:" + target + ":main.Deep,main.Big,main.Leaf,main.Pair"})
+				c, plans := setup(t, f, multiprobe.Options{}, []string{"uretprobe:" + target + ":main.Deep,main.Big,main.Leaf,main.Pair,main.Panicky"})
 				l := mustAttach(t, plans[0], c.RecordReturn)
 				out, err := exec.Command(target, fmt.Sprint(goroutines), fmt.Sprint(depth), fmt.Sprint(n)).CombinedOutput()
 				if err != nil {

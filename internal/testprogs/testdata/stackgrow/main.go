@@ -8,7 +8,8 @@
 // small and grow several times on the way down, which makes
 // runtime.morestack run Deep's first instructions again. Then Big, whose
 // frame is large, Leaf, which has no stack check, and Pair, which returns
-// two results from two return instructions, are each called N times.
+// two results from two return instructions, are each called N times, and
+// Panicky, which panics (recovered) on every tenth call.
 // With -wait it prints "ready" and waits for a line (or EOF) on stdin
 // first; at the end it prints "done SUM".
 package main
@@ -49,6 +50,29 @@ func Big(n int) int {
 //go:nosplit
 //go:noinline
 func Leaf(n int) int { return n*2 + 1 }
+
+// Panicky panics for every tenth n; Catch recovers. A probed function a
+// panic unwinds through must leave the program running.
+//
+//go:noinline
+func Panicky(n int) int {
+	var buf [128]byte
+	buf[n%128] = byte(n)
+	if n%10 == 0 {
+		panic(n)
+	}
+	return int(buf[n%128])
+}
+
+//go:noinline
+func Catch(n int) (v int) {
+	defer func() {
+		if r := recover(); r != nil {
+			v = -1
+		}
+	}()
+	return Panicky(n)
+}
 
 // Pair returns from two places.
 //
@@ -92,7 +116,7 @@ func main() {
 	}
 	for i := range v[2] {
 		a, b := Pair(i)
-		sum += Big(i) + Leaf(i) + a + b
+		sum += Big(i) + Leaf(i) + a + b + Catch(i)
 	}
 	fmt.Println("done", sum)
 }
