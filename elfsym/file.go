@@ -55,9 +55,6 @@ type symtab struct {
 	syms    []byte // whole Elf64_Sym entries, the null symbol excluded
 	strs    []byte
 	versym  []byte // .gnu.version, parallel to syms, for .dynsym only
-	// versioned reports that some name in strs has an '@': without one, no
-	// .symtab name needs splitting into name and version.
-	versioned bool
 }
 
 // Open maps the ELF file at path and reads its headers. The symbol tables
@@ -306,7 +303,7 @@ func (f *File) readSymtab(ef *elf.File, i int) (symtab, error) {
 	if len(syms) >= symSize {
 		syms = syms[symSize:] // the null symbol
 	}
-	return symtab{syms: syms, strs: strs, versioned: bytes.IndexByte(strs, '@') >= 0}, nil
+	return symtab{syms: syms, strs: strs}, nil
 }
 
 // readVerdef reads the names of the versions this file defines. The table is

@@ -704,10 +704,9 @@ func (r *resolver) nameAt(t, i int, off uint32) (name, version []byte, isDefault
 		return name, nil, true
 	}
 	// In .symtab a versioned name is spelled out: "name@VER" for a hidden
-	// version, "name@@VER" for the default one.
-	if !tab.versioned {
-		return name, nil, true
-	}
+	// version, "name@@VER" for the default one. (Looking for an '@' in the
+	// names read is cheaper than in the whole table up front: on node's
+	// 10 MB of names that took 0.6 ms of a 4.7 ms lookup.)
 	if i := bytes.IndexByte(name, '@'); i >= 0 {
 		version = name[i+1:]
 		isDefault = bytes.HasPrefix(version, []byte("@"))
