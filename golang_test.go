@@ -3,6 +3,7 @@ package multiprobe_test
 import (
 	"fmt"
 	"os/exec"
+	"runtime"
 	"testing"
 
 	"github.com/multiprobe/multiprobe"
@@ -18,7 +19,8 @@ import (
 // instruction a second time. Entry sites past the stack check count every
 // call once; the same run, probed at the symbols' addresses, counts more,
 // which shows the test can tell. Both attach paths, with and without a
-// symbol table.
+// symbol table. On arm64 the entry sites stay at the symbols for now
+// (see elfsym's goEntry): there the program must only run to its end.
 func TestGoStackGrowth(t *testing.T) {
 	const goroutines, depth, n = 50, 2000, 100
 	want := map[string]uint64{"main.Deep": goroutines * (depth + 1), "main.Big": n, "main.Leaf": n, "main.Panicky": n}
@@ -42,6 +44,14 @@ func TestGoStackGrowth(t *testing.T) {
 					t.Fatal(err)
 				}
 				for cookie, s := range sites {
+					if runtime.GOARCH == "arm64" {
+						// The symbols' addresses (see elfsym's
+						// goEntry): growth counts calls again.
+						if counts[cookie] < want[s.Name] || s.Symbol.Moved != "" {
+							t.Errorf("%s (offset %#x, %q): %d calls, want at least %d", s.Name, s.Offset, s.Symbol.Moved, counts[cookie], want[s.Name])
+						}
+						continue
+					}
 					if counts[cookie] != want[s.Name] {
 						t.Errorf("%s (offset %#x, symbol at %#x, %q): %d calls, want %d",
 							s.Name, s.Offset, s.Symbol.SymbolOffset, s.Symbol.Moved, counts[cookie], want[s.Name])
@@ -62,7 +72,7 @@ func TestGoStackGrowth(t *testing.T) {
 						deep = s
 					}
 				}
-				if f.Path() != kernelprobe.PathUprobeMulti {
+				if f.Path() != kernelprobe.PathUprobeMulti || runtime.GOARCH == "arm64" {
 					return // the same on the other path; one is enough
 				}
 				raw, err := attach.UprobeMulti(c.CountEntry, []attach.Target{{Path: target, Offsets: []uint64{deep.Symbol.SymbolOffset}, Cookies: []uint64{deep.Cookie}}}, nil)

@@ -41,7 +41,15 @@ func goEntry(machine elf.Machine, code []byte) int {
 	case elf.EM_X86_64:
 		return goEntryX86(code)
 	case elf.EM_AARCH64:
-		return goEntryARM64(code)
+		// Not on arm64 yet: probed after the check, Go programs died
+		// in the arm64 VM (Linux 6.12 under QEMU TCG) in one run of
+		// two or three, a saved return address overwritten ("unexpected
+		// return pc"), while probed at the symbol they never did, in
+		// as many runs. Until that is understood, arm64 keeps the
+		// symbol's address and counts a call again when its stack
+		// grows. goEntryARM64 finds the site; TestGoEntryARM64 keeps
+		// it right.
+		return 0
 	}
 	return 0
 }
