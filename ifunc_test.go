@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
@@ -51,7 +52,7 @@ func TestIFunc(t *testing.T) {
 					t.Fatal(err)
 				}
 				for cookie, s := range sites {
-					moved := strings.HasPrefix(s.Moved, multiprobe.MovedIFunc)
+					moved := strings.HasPrefix(s.Moved, ifunc.Moved)
 					switch {
 					case s.Symbol.Type != elf.STT_GNU_IFUNC: // arm64's strchr
 						if counts[cookie] < n || s.Moved != "" {

@@ -37,9 +37,10 @@ type Site struct {
 	// argument spec id.
 	Cookie uint64
 	// Moved says why Offset is not where the symbol points, "" if it is:
-	// elfsym.MovedGoStackCheck for a Go function, MovedIFunc for an IFUNC
-	// symbol probed at its implementation, or MovedNot with the reason an
-	// IFUNC's implementation was not found (the resolver is probed).
+	// elfsym.MovedGoStackCheck for a Go function, ifunc.Moved for an IFUNC
+	// symbol probed at its implementation, or ifunc.NotMoved with the
+	// reason an IFUNC's implementation was not found (the resolver is
+	// probed).
 	Moved string
 	// Returns, for a uretprobe spec's site in a Go program, are the file
 	// offsets of the function's return instructions, where entry probes
@@ -59,16 +60,6 @@ type Site struct {
 
 	args *usdtArgs // a USDT site's decoded arguments
 }
-
-// What Site.Moved starts with for an IFUNC symbol.
-const (
-	// MovedIFunc: the site is the implementation this machine's loader
-	// selects for the IFUNC symbol; the resolver's offset follows.
-	MovedIFunc = "the IFUNC's implementation on this machine"
-	// MovedNot: the IFUNC's implementation could not be found, and the
-	// site is its resolver, which runs once per process; why follows.
-	MovedNot = "not moved"
-)
 
 // Options are given once, to Resolve, and hold for the plan's Prepare and
 // Attach. A nil *Options is the zero value.

@@ -1,7 +1,6 @@
 package multiprobe
 
 import (
-	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -209,7 +208,7 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 			}
 			pp.sel, err = f.Select(p.Patterns...)
 			if err == nil && pp.sel.HasIFunc() && !pl.opts.IFuncResolvers {
-				pp.implementations(of, f)
+				pp.offs, pp.moved = ifunc.Sites(of.path, pp.sel.Sites())
 			}
 			if err == nil && p.Kind == Return && f.IsGo() && !pl.opts.GoKernelReturns {
 				if pp.rets, err = pp.sel.GoReturns(); err != nil {
@@ -444,48 +443,4 @@ type preparedSpec struct {
 	section *ebpf.MapSpec // .rodata.mp_cookie
 	fixed   uint32        // offsets of mp_cookie_fixed and mp_cookie_value in it
 	value   uint32
-}
-
-// implementations replaces the offsets of the probe's IFUNC sites, whose
-// symbols point at their resolvers (which run once per process, at
-// relocation), with those of the implementations this machine's loader
-// selects (package ifunc). Where one cannot be found the resolver stays,
-// and its Site says why: a probe that attaches fewer functions than it
-// named would be worse than one that says what it probes.
-func (pp *planned) implementations(of *openFile, f *elfsym.File) {
-	sites := pp.sel.Sites()
-	var idx []int
-	var resolvers []uint64
-	for i := range sites {
-		if sites[i].Type == elf.STT_GNU_IFUNC {
-			idx = append(idx, i)
-			resolvers = append(resolvers, sites[i].Address)
-		}
-	}
-	pp.offs = slices.Clone(pp.sel.Offsets())
-	pp.moved = make([]string, len(sites))
-	impls, err := ifunc.Resolve(of.path, resolvers)
-	for j, i := range idx {
-		var off uint64
-		ok := err == nil || (impls != nil && impls[j] != 0)
-		if ok {
-			off, ok = f.FileOffset(impls[j])
-		}
-		if !ok {
-			why := err
-			if why == nil {
-				why = fmt.Errorf("implementation %#x is not in an executable segment", impls[j])
-			}
-			pp.moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: %v)", MovedNot, why)
-			continue
-		}
-		pp.moved[i] = fmt.Sprintf("%s (resolver at %#x)", MovedIFunc, sites[i].Offset)
-		code := make([]byte, ifunc.EntryWindow)
-		n, _ := of.f.ReadAt(code, int64(off))
-		if skip, why := ifunc.Entry(f.Machine(), code[:n]); skip > 0 {
-			off += uint64(skip)
-			pp.moved[i] += ", " + why
-		}
-		pp.offs[i] = off
-	}
 }

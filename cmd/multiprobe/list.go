@@ -4,14 +4,11 @@ import (
 	"bufio"
 	"debug/elf"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
 )
@@ -118,46 +115,10 @@ func symBind(s elfsym.Site) string {
 }
 
 // listIFuncs says, for each IFUNC site, where the implementation this
-// machine's loader selects is, as count would probe it (package ifunc):
-// the site's Offset becomes the implementation's, and Moved says so with
-// the resolver's offset, or why the resolver stays.
+// machine's loader selects is, as count would probe it (ifunc.Sites).
 func listIFuncs(path string, sites []elfsym.Site) {
-	var idx []int
-	var resolvers []uint64
+	offsets, moved := ifunc.Sites(path, sites)
 	for i := range sites {
-		if sites[i].Type == elf.STT_GNU_IFUNC {
-			idx = append(idx, i)
-			resolvers = append(resolvers, sites[i].Address)
-		}
-	}
-	if len(idx) == 0 {
-		return
-	}
-	f, ferr := elfsym.Open(path)
-	if ferr == nil {
-		defer f.Close()
-	}
-	impls, err := ifunc.Resolve(path, resolvers)
-	code, _ := os.ReadFile(path) // for where on an implementation to probe
-	for j, i := range idx {
-		s := &sites[i]
-		var off uint64
-		ok := ferr == nil && impls != nil && impls[j] != 0
-		if ok {
-			off, ok = f.FileOffset(impls[j])
-		}
-		if !ok {
-			s.Moved = fmt.Sprintf("IFUNC resolver: implementation not found: %v", errors.Join(err, ferr))
-			continue
-		}
-		s.Moved = fmt.Sprintf("%s (resolver at %#x)", multiprobe.MovedIFunc, s.SymbolOffset)
-		if off < uint64(len(code)) {
-			end := min(off+ifunc.EntryWindow, uint64(len(code)))
-			if skip, why := ifunc.Entry(f.Machine(), code[off:end]); skip > 0 {
-				off += uint64(skip)
-				s.Moved += ", " + why
-			}
-		}
-		s.Offset = off
+		sites[i].Offset, sites[i].Moved = offsets[i], moved[i]
 	}
 }
