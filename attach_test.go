@@ -28,15 +28,10 @@ import (
 func paths(t *testing.T) []kernelprobe.Features {
 	t.Helper()
 	testutil.RequireBPF(t)
-	native, err := kernelprobe.Detect()
-	if err != nil {
-		t.Fatal(err)
-	}
+	native, forced := nativeAndPerfEvent(t)
 	testutil.ExpectPath(t, native.Path().String())
 	out := []kernelprobe.Features{native}
 	if native.Path() == kernelprobe.PathUprobeMulti {
-		forced := native
-		forced.UprobeMulti, forced.UprobeMultiPIDFilter, forced.UprobeSession = false, false, false
 		out = append(out, forced)
 	}
 	return out

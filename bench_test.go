@@ -255,12 +255,7 @@ func benchTarget(b *testing.B, n int) (target string, names []string, probes []m
 //	go test -run='^$' -bench=Clones -benchtime=1x -count=5 . | tee /tmp/c.txt; benchstat -col /cookies /tmp/c.txt
 func BenchmarkClones(b *testing.B) {
 	testutil.RequireBPF(b)
-	native, err := kernelprobe.Detect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	perf := native
-	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
+	native, perf := nativeAndPerfEvent(b)
 	noCookies := perf
 	noCookies.Cookies = false
 	for _, n := range []int{100, 1000} {
@@ -304,4 +299,17 @@ func BenchmarkClones(b *testing.B) {
 			})
 		}
 	}
+}
+
+// nativeAndPerfEvent returns the kernel's features, and the same with
+// uprobe_multi turned off, which takes the perf-event path.
+func nativeAndPerfEvent(tb testing.TB) (native, perf kernelprobe.Features) {
+	tb.Helper()
+	native, err := kernelprobe.Detect()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	perf = native
+	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
+	return native, perf
 }

@@ -30,12 +30,7 @@ import (
 // attaching does not pass for a clean one.
 func BenchmarkSoak(b *testing.B) {
 	testutil.RequireBPF(b)
-	native, err := kernelprobe.Detect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	perf := native
-	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
+	native, perf := nativeAndPerfEvent(b)
 	for _, c := range []struct {
 		f     kernelprobe.Features
 		sites int
