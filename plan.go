@@ -34,10 +34,10 @@ var ErrGoReturn = errors.New("the kernel's return probes crash Go programs")
 // selected and which of those no earlier probe of the same file and kind
 // took, with the kernel's features and the Options. Offsets and cookies
 // follow from it, so Attach hands them to the kernel without building the
-// Sites: their names are read only when first asked for (for 100,000
-// sites, that is twice the work of finding their offsets). Prepare readies a spec for the plan and Attach attaches a
-// program loaded from it, with the same Options, so the two cannot
-// disagree.
+// Sites: their names are read only when first asked for (for 100,000 sites,
+// that is twice the work of finding their offsets). Prepare readies a spec
+// for the plan and Attach attaches a program loaded from it, with the same
+// Options, so the two cannot disagree.
 //
 // A Plan holds every resolved binary open, so that Attach probes exactly
 // the file that was resolved even if its path is renamed or replaced in

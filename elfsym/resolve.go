@@ -48,7 +48,8 @@ type Site struct {
 // stack check: runtime.morestack runs a function again from its first
 // instruction when its stack grows, so a probe there would count that call
 // twice. The arguments are still in their registers there (ABIInternal:
-// RAX, RBX, RCX, RDI, RSI, R8-R11 on x86-64; R0-R15 on arm64).
+// RAX, RBX, RCX, RDI, RSI, R8-R11 on x86-64). On arm64 functions keep
+// their symbols' addresses for now: see goEntry.
 const MovedGoStackCheck = "after the Go stack check"
 
 // String returns the site as NAME@OFFSET.

@@ -35,6 +35,11 @@ func Resolve(path string, resolvers []uint64) ([]uint64, error) {
 		return nil, fmt.Errorf("ifunc: %w", err)
 	}
 	defer ef.Close()
+	return resolve(path, ef, resolvers)
+}
+
+// resolve is Resolve for the library at path, already open as ef.
+func resolve(path string, ef *elf.File, resolvers []uint64) ([]uint64, error) {
 	// A PIE is ET_DYN too; it says so in DT_FLAGS_1. (libc.so.6 has an
 	// interpreter, and runs, but is a library.)
 	flags, _ := ef.DynValue(elf.DT_FLAGS_1)

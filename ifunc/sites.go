@@ -40,19 +40,21 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 	if len(idx) == 0 {
 		return offsets, moved
 	}
-	impls, err := Resolve(path, resolvers)
-	ef, ferr := elf.Open(path)
-	if ferr != nil {
-		err = ferr
-	} else {
-		defer ef.Close()
+	ef, err := elf.Open(path)
+	if err != nil {
+		for _, i := range idx {
+			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: %v)", NotMoved, err)
+		}
+		return offsets, moved
 	}
+	defer ef.Close()
+	impls, err := resolve(path, ef, resolvers)
 	code, _ := os.Open(path) // for where on an implementation to probe
 	if code != nil {
 		defer code.Close()
 	}
 	for j, i := range idx {
-		off, ok := uint64(0), impls != nil && impls[j] != 0 && ferr == nil
+		off, ok := uint64(0), impls != nil && impls[j] != 0
 		if ok {
 			off, ok = fileOffset(ef, impls[j])
 		}
