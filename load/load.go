@@ -8,13 +8,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/rlimit"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
@@ -364,23 +363,14 @@ func (l *loader) adopt(p *plan) {
 	l.prof.MapCopies = p.copies
 }
 
-var (
-	memlockOnce sync.Once
-	memlockErr  error
-)
-
 // prepare does what the loads share, once, before any of them starts: the
 // memlock limit and kernel BTF.
 func (l *loader) prepare(jobs []*job) error {
-	// The memlock rlimit is process-wide: raising it per program would be
-	// wasted syscalls. RemoveMemlock does nothing on kernels since 5.11,
-	// which account BPF memory to the memory cgroup instead.
-	// Without the privilege to raise it (EPERM) the loads fail with EPERM
-	// too, and their errors name the capability that is missing: the
-	// rlimit is not what the user lacks.
-	memlockOnce.Do(func() { memlockErr = rlimit.RemoveMemlock() })
-	if memlockErr != nil && !errors.Is(memlockErr, unix.EPERM) {
-		return fmt.Errorf("load: raise the memlock rlimit (needed before Linux 5.11): %w", memlockErr)
+	// Without the privilege to raise the memlock rlimit (EPERM) the loads
+	// fail with EPERM too, and their errors name the capability that is
+	// missing: the rlimit is not what the user lacks.
+	if err := bpfsys.RaiseMemlock(); err != nil && !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("load: %w", err)
 	}
 
 	// Parse kernel BTF here, once, if any program needs it, rather than in

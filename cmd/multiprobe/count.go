@@ -18,10 +18,10 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/usdt"
 )
@@ -110,8 +110,8 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return fmt.Errorf("raising the memlock limit: %w", err)
+	if err := bpfsys.RaiseMemlock(); err != nil {
+		return err
 	}
 	opts := &multiprobe.Options{Features: &features, PID: *pid}
 	var child *stoppedCommand

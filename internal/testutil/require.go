@@ -9,7 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/rlimit"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 )
 
 // InCI reports whether the tests run in CI (CI=true). There, a test that
@@ -49,7 +49,7 @@ func RequireBPF(t testing.TB) {
 	t.Helper()
 	RequireRoot(t)
 	bpfOnce.Do(func() {
-		if err := rlimit.RemoveMemlock(); err != nil {
+		if err := bpfsys.RaiseMemlock(); err != nil {
 			bpfErr = err
 			return
 		}
