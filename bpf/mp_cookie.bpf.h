@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * mp_cookie.bpf.h: the cookie of the site that fired, in a uprobe program
  * attached by multiprobe (github.com/multiprobe/multiprobe), on every

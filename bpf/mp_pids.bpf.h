@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * mp_pids.bpf.h: the maps of multiprobe's in-BPF pid filter
  * (github.com/multiprobe/multiprobe/pidfilter), for programs filtered with

@@ -1,4 +1,4 @@
-/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * mp_usdt.bpf.h: read USDT probe arguments in a BPF program attached by
  * multiprobe (github.com/multiprobe/multiprobe/usdt).
