@@ -30,7 +30,21 @@ func init() {
 	commands["count"] = &command{
 		usage: "[--pid PID] [--duration D] [--json] [--stats] PROBE... [-- CMD ARGS...]",
 		short: "count calls per function through one uprobe_multi link per binary (root)",
-		run:   runCount,
+		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
+or usdt:TARGET:PROVIDER:NAME, with globs, as bpftrace writes them. With a
+command after "--", the command is started stopped, the probes attached with
+its pid as the filter, and then it runs: no call is missed and no other
+process's calls count; multiprobe exits with the command's exit status.
+Without one, counting runs until --duration passes, the --pid process exits,
+or Ctrl-C. On kernels before 6.6 every site gets a perf-event uprobe of its
+own, which is slower to attach, but counts the same.`,
+		examples: []string{
+			"count 'uprobe:/bin/bash:sh_*' -- bash -c 'echo hi'",
+			"count --pid 1234 --duration 10s 'uprobe:libc.so.6:malloc,free,calloc'",
+			"count --args 'usdt:/usr/bin/python3.11:python:function__entry' -- python3.11 -c 'pass'",
+			"count --json --stats 'uprobe:libc.so.6:str*' -- ls /",
+		},
+		run: runCount,
 	}
 }
 
@@ -77,9 +91,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	// files themselves where they are files, so that it sees a terminal).
 	rawStdout, rawStderr := stdout, stderr
 	stdout, stderr = &syncWriter{w: stdout}, &syncWriter{w: stderr}
-	fs := newFlagSet("count", stderr)
-	pid := fs.Int("pid", 0, "count only calls made by this process")
-	duration := fs.Duration("duration", 0, "count for this long (default: until the command exits, or Ctrl-C)")
+	fs := newFlagSet("count")
+	pid := fs.Int("pid", 0, "count only calls made by the process `PID`")
+	duration := fs.Duration("duration", 0, "count for this long, `D` such as 10s or 1m (default: until the command exits, or Ctrl-C)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
 	withArgs := fs.Bool("args", false, "print every hit with its USDT arguments as integers")
@@ -268,16 +282,40 @@ type countEnd struct {
 	// any (a pid filter in BPF, or no BPF cookies), whose runs the loaded
 	// program's own statistics do not count.
 	stats ebpf.ProgramStats
+	// code is the command's exit status, as a shell reports it, when it
+	// ended on its own.
+	code int
 }
 
-// status is the command's exit status for the way counting ended: 0, or
-// 128 plus the signal's number, as a shell reports a command a signal
-// ended. The counts are printed either way.
+// status is multiprobe's exit status for the way counting ended: 128 plus
+// the signal's number, as a shell reports a command a signal ended, when
+// SIGINT or SIGTERM ended it; else the traced command's own status, so that
+// `multiprobe count ... -- make test` fails where `make test` would. The
+// counts are printed either way.
 func (e countEnd) status() error {
 	if sig, ok := e.signal.(syscall.Signal); ok {
 		return &exitStatus{code: 128 + int(sig)}
 	}
+	if e.code != 0 {
+		return &exitStatus{code: e.code}
+	}
 	return nil
+}
+
+// exitCode is the status a shell reports for a command whose Wait returned
+// err: its exit status, or 128 plus the signal that killed it.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return 1
 }
 
 // countUntil attaches, resumes the command if there is one, and counts
@@ -315,6 +353,7 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 	case err := <-exited:
 		if child != nil {
 			child.report(err, stderr)
+			end.code = exitCode(err)
 		} else {
 			fmt.Fprintf(stderr, "process %d exited\n", pid)
 		}
@@ -425,7 +464,7 @@ func (c *stoppedCommand) report(err error, stderr io.Writer) {
 	case err == nil:
 	case errors.As(err, &ee):
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			fmt.Fprintf(stderr, "%s was killed by %v\n", c.name, ws.Signal())
+			fmt.Fprintf(stderr, "%s was killed by %s (%v)\n", c.name, unix.SignalName(ws.Signal()), ws.Signal())
 		} else {
 			fmt.Fprintf(stderr, "%s exited with status %d\n", c.name, ee.ExitCode())
 		}

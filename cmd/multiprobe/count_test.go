@@ -176,6 +176,24 @@ func TestCountEnds(t *testing.T) {
 		}
 	})
 
+	// The command's own status, as a shell reports it, is count's.
+	for _, tc := range []struct {
+		script string
+		code   int
+		says   string
+	}{
+		{"exit 0", 0, ""},
+		{"exit 3", 3, "exited with status 3"},
+		{"kill -KILL $$", 128 + 9, "killed by SIGKILL"},
+	} {
+		t.Run(tc.script, func(t *testing.T) {
+			out, errOut, code := execCLI(t, "count", probe, "--", "/bin/sh", "-c", tc.script)
+			if code != tc.code || !strings.Contains(errOut, tc.says) || !strings.Contains(out, "of 5 sites") {
+				t.Errorf("exit %d, want %d and %q on stderr, the report on stdout; stdout:\n%s\nstderr:\n%s", code, tc.code, tc.says, out, errOut)
+			}
+		})
+	}
+
 	t.Run("--pid process exits", func(t *testing.T) {
 		cmd := exec.Command(sleep, "0.5")
 		if err := cmd.Start(); err != nil {

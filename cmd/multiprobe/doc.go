@@ -2,7 +2,7 @@
 // file, counts calls to them through one uprobe_multi link, lists USDT probes
 // and times a concurrent load of a BPF object.
 //
-// Usage:
+// Usage (multiprobe help COMMAND says more, with examples):
 //
 //	multiprobe list [--json] TARGET PATTERN...
 //	multiprobe count [--pid PID] [--duration D] [--json] [--stats] PROBE... [-- CMD ARGS...]

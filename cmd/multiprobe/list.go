@@ -17,7 +17,18 @@ func init() {
 	commands["list"] = &command{
 		usage: "[--json] TARGET PATTERN...",
 		short: "list the sites that glob patterns select in an ELF file (no root needed)",
-		run:   runList,
+		long: `TARGET is a path, or a bare library or program name (libc.so.6, bash)
+looked up as the dynamic loader and the shell would. A pattern is a glob;
+one starting with '!' removes what it matches. Each row is a site: where a
+probe goes (OFFSET, a file offset), what the symbol table says of it, and a
+NOTE where the probe goes elsewhere than the symbol points (after a Go
+function's stack check; an IFUNC's implementation instead of its resolver).`,
+		examples: []string{
+			"list /bin/bash 'sh_set*'             # bash's functions named sh_set...",
+			"list libc.so.6 'str*' '!strn*'       # libc's str* functions but strn*",
+			"list --json libc.so.6 malloc free    # as JSON",
+		},
+		run: runList,
 	}
 }
 
@@ -38,7 +49,7 @@ type listedSite struct {
 }
 
 func runList(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("list", stderr)
+	fs := newFlagSet("list")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, _, err := parseFlags(fs, args)
 	if err != nil {

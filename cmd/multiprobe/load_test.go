@@ -195,6 +195,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(unprivEnv) != "" {
 		os.Exit(run([]string{"load", os.Getenv(unprivEnv)}, os.Stdout, os.Stderr))
 	}
+	if os.Getenv(cliEnv) != "" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
 }
 

@@ -7,14 +7,20 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 // A command is one subcommand of the CLI. Each lives in its own file and
 // registers itself in commands from an init function.
 type command struct {
 	usage string // one line: arguments after the subcommand's name
-	short string // what it does
-	run   func(args []string, stdout, stderr io.Writer) error
+	short string // what it does, in one line
+	long  string // more, for its help: a paragraph or two
+	// examples are command lines, each with what it does after "  # ".
+	examples []string
+	run      func(args []string, stdout, stderr io.Writer) error
+	// fs is the flag set run made, for the help: newFlagSet sets it.
+	fs *flag.FlagSet
 }
 
 var commands = map[string]*command{}
@@ -40,12 +46,17 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		printUsage(stderr)
-		if len(args) == 0 {
-			return 2
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		if len(args) == 1 {
+			printUsage(stdout)
+			return 0
 		}
-		return 0
+		// "help COMMAND" is "COMMAND --help".
+		args = []string{args[1], "--help"}
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {
@@ -61,9 +72,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &es):
 		return es.code
 	case errors.Is(err, flag.ErrHelp):
+		printHelp(stdout, args[0], cmd)
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "multiprobe %s: %s (usage: multiprobe %s %s)\n", args[0], ue.msg, args[0], cmd.usage)
+		fmt.Fprintf(stderr, "multiprobe %s: %s (usage: multiprobe %s %s; more: multiprobe help %s)\n", args[0], ue.msg, args[0], cmd.usage, args[0])
 		return 2
 	default:
 		fmt.Fprintf(stderr, "multiprobe %s: %v\n", args[0], err)
@@ -73,21 +85,84 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: multiprobe COMMAND [ARGS]")
+	fmt.Fprintln(w)
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-6s %s\n         %s\n", n, commands[n].usage, commands[n].short)
+		fmt.Fprintf(w, "  %-7s %s\n", n, commands[n].short)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "A probe is a spec as bpftrace writes one: uprobe:BINARY:FUNCTIONS,")
+	fmt.Fprintln(w, "uretprobe:BINARY:FUNCTIONS or usdt:BINARY:PROVIDER:NAME, with globs.")
+	fmt.Fprintln(w, "'multiprobe help COMMAND' (or COMMAND --help) says more about one.")
+}
+
+// printHelp writes a command's help: usage, what it does, flags, examples.
+func printHelp(w io.Writer, name string, c *command) {
+	fmt.Fprintf(w, "usage: multiprobe %s %s\n\n%s.\n", name, c.usage, capitalize(c.short))
+	if c.long != "" {
+		fmt.Fprintf(w, "\n%s\n", c.long)
+	}
+	if c.fs != nil {
+		var flags []*flag.Flag
+		width := 0
+		c.fs.VisitAll(func(f *flag.Flag) {
+			flags = append(flags, f)
+			width = max(width, len(flagName(f)))
+		})
+		if len(flags) > 0 {
+			fmt.Fprintln(w, "\nflags:")
+		}
+		for _, f := range flags {
+			_, usage := flag.UnquoteUsage(f)
+			if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "0s" {
+				usage += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(w, "  %-*s  %s\n", width, flagName(f), usage)
+		}
+	}
+	if len(c.examples) > 0 {
+		fmt.Fprintln(w, "\nexamples:")
+		for _, e := range c.examples {
+			fmt.Fprintf(w, "  multiprobe %s\n", e)
+		}
 	}
 }
 
+// flagName is how help shows a flag: "-p, --pid PID" for a one-letter alias
+// (a flag whose usage is "alias for --NAME" is listed with its long form).
+func flagName(f *flag.Flag) string {
+	dashes := "--"
+	if len(f.Name) == 1 {
+		dashes = "-"
+	}
+	name, _ := flag.UnquoteUsage(f)
+	if name != "" {
+		return dashes + f.Name + " " + name
+	}
+	return dashes + f.Name
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
 // newFlagSet returns a flag set for a subcommand whose errors come back as
-// usage errors instead of printing the full flag list and exiting.
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// usage errors instead of printing the full flag list and exiting; -h and
+// --help come back as flag.ErrHelp, for run to print the command's help.
+func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	if c := commands[name]; c != nil {
+		c.fs = fs
+	}
 	return fs
 }
 

@@ -15,7 +15,15 @@ func init() {
 	commands["usdt"] = &command{
 		usage: "[--json] TARGET [PROVIDER:NAME]",
 		short: "list the USDT probes of an ELF file: sites, semaphores, decoded arguments (no root needed)",
-		run:   runUSDT,
+		long: `TARGET is a path, or a bare library or program name. PROVIDER:NAME is a
+pair of globs; without it, every probe is listed. ARGUMENTS are the probe's
+argument specs as multiprobe decoded them for the BPF side (bpf/mp_usdt.bpf.h).`,
+		examples: []string{
+			"usdt libc.so.6                       # glibc's probes (setjmp, memory_*, ...)",
+			"usdt /usr/bin/python3.11 'python:function__*'",
+			"usdt --json libc.so.6 'libc:memory_*'",
+		},
+		run: runUSDT,
 	}
 }
 
@@ -36,7 +44,7 @@ type listedUSDT struct {
 }
 
 func runUSDT(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("usdt", stderr)
+	fs := newFlagSet("usdt")
 	asJSON := fs.Bool("json", false, "print JSON")
 	pos, _, err := parseFlags(fs, args)
 	if err != nil {
