@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -28,7 +30,7 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage: "[--pid PID] [--duration D] [--json] [--stats] PROBE... [-- CMD ARGS...]",
+		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--args] PROBE... [-- CMD ARGS...]",
 		short: "count calls per function through one uprobe_multi link per binary (root)",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
 or usdt:TARGET:PROVIDER:NAME, with globs, as bpftrace writes them. With a
@@ -51,7 +53,9 @@ own, which is slower to attach, but counts the same.`,
 type countedSite struct {
 	// Probe is the index of the site's probe spec in countReport.Probes:
 	// a spec of thousands of patterns is written once, not once a row.
-	Probe    int    `json:"probe"`
+	Probe int `json:"probe"`
+	// Kind is the probe's kind: uprobe, uretprobe or usdt.
+	Kind     string `json:"kind"`
 	Function string `json:"function"`
 	Path     string `json:"path"`
 	Offset   uint64 `json:"offset"`
@@ -70,7 +74,11 @@ type countReport struct {
 	Called   int           `json:"called"`
 	Calls    uint64        `json:"calls"`
 	Duration time.Duration `json:"duration_ns"`
-	Counts   []countedSite `json:"counts"`
+	// Counts are the sites called, most calls first: all of them, or the
+	// first --top. Never null: [] when nothing was called.
+	Counts []countedSite `json:"counts"`
+	// Omitted is how many called sites --top left out.
+	Omitted int `json:"omitted,omitempty"`
 	// Stats are the kernel's run-time statistics for the probe program,
 	// with --stats.
 	Stats *progStats `json:"stats,omitempty"`
@@ -93,7 +101,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	stdout, stderr = &syncWriter{w: stdout}, &syncWriter{w: stderr}
 	fs := newFlagSet("count")
 	pid := fs.Int("pid", 0, "count only calls made by the process `PID`")
-	duration := fs.Duration("duration", 0, "count for this long, `D` such as 10s or 1m (default: until the command exits, or Ctrl-C)")
+	var duration secondsFlag
+	fs.Var(&duration, "duration", "count for this long: `D` as 10s, 1m30s or 2.5 (seconds) (default: until the command exits, or Ctrl-C)")
+	top := fs.Int("top", 0, "show only the `N` sites with the most calls")
 	asJSON := fs.Bool("json", false, "print JSON")
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
 	withArgs := fs.Bool("args", false, "print every hit with its USDT arguments as integers")
@@ -110,8 +120,8 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if *pid != 0 && len(command) > 0 {
 		return usagef("--pid and a command exclude each other: the command's pid is used")
 	}
-	if *duration < 0 {
-		return usagef("--duration %v: want a positive duration", *duration)
+	if *top < 0 {
+		return usagef("--top %d: want a positive number of rows", *top)
 	}
 	if command != nil && len(command) == 0 {
 		return usagef(`"--" with no command after it`)
@@ -183,7 +193,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		defer statsOff.Close()
 	}
 
-	end, err := countUntil(plan, c.prog, child, opts.PID, *duration, stderr)
+	end, err := countUntil(plan, c.prog, child, opts.PID, time.Duration(duration), stderr)
 	if c.stopHits != nil {
 		c.stopHits()
 	}
@@ -192,7 +202,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	}
 	elapsed := end.elapsed
 
-	report := countReport{Kernel: features.Release, Path: features.Path().String(), Sites: len(sites), Duration: elapsed}
+	report := countReport{Kernel: features.Release, Path: features.Path().String(), Sites: len(sites), Duration: elapsed, Counts: []countedSite{}}
 	counts := make([]uint64, len(sites))
 	for i := range sites {
 		if err := c.counts.Lookup(uint32(i), &counts[i]); err != nil {
@@ -225,12 +235,16 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 			usdtRow[key] = len(report.Counts)
 		}
 		report.Counts = append(report.Counts, countedSite{
-			Probe: probeIndex[s.Probe], Function: s.Name, Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
+			Probe: probeIndex[s.Probe], Kind: s.Probe.Kind.String(), Function: s.Name, Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
 		})
 	}
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {
-		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function))
+		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind))
 	})
+	if *top > 0 && len(report.Counts) > *top {
+		report.Omitted = len(report.Counts) - *top
+		report.Counts = report.Counts[:*top]
+	}
 	if *stats {
 		st := end.stats
 		ps := &progStats{Runs: st.RunCount, Runtime: st.Runtime}
@@ -261,16 +275,46 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if len(report.Counts) > 0 {
 		width = max(width, len(fmt.Sprint(report.Counts[0].Calls)))
 	}
-	fmt.Fprintf(stdout, "%*s  %s\n", width, "CALLS", "FUNCTION")
+	kindWidth := len("KIND")
 	for _, c := range report.Counts {
-		fmt.Fprintf(stdout, "%*d  %s\n", width, c.Calls, c.Function)
+		kindWidth = max(kindWidth, len(c.Kind))
 	}
-	fmt.Fprintf(stdout, "%d calls to %d of %d sites in %v (%s)\n",
-		report.Calls, report.Called, report.Sites, elapsed.Round(time.Millisecond), features.Path())
+	fmt.Fprintf(stdout, "%*s  %-*s  %s\n", width, "CALLS", kindWidth, "KIND", "FUNCTION")
+	for _, c := range report.Counts {
+		fmt.Fprintf(stdout, "%*d  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, c.Function)
+	}
+	if report.Omitted > 0 {
+		fmt.Fprintf(stdout, "(%d more %s called, left out by --top)\n", report.Omitted, plural(report.Omitted, "site", "sites"))
+	}
+	fmt.Fprintf(stdout, "%d %s to %d of %d %s in %v (%s)\n",
+		report.Calls, plural(int(min(report.Calls, 2)), "call", "calls"), report.Called, report.Sites, plural(report.Sites, "site", "sites"),
+		elapsed.Round(time.Millisecond), features.Path())
 	if s := report.Stats; s != nil {
 		fmt.Fprintf(stdout, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)
 	}
 	return end.status()
+}
+
+// secondsFlag is a duration flag that also takes a bare number of seconds
+// ("--duration 5"), as bpftrace users and timeout(1) write one.
+type secondsFlag time.Duration
+
+func (d *secondsFlag) String() string { return time.Duration(*d).String() }
+
+func (d *secondsFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || math.IsNaN(f) || math.IsInf(f, 0) || f > math.MaxInt64/1e9 {
+			return fmt.Errorf("%q is not a duration: want seconds (5, 2.5) or a Go duration (10s, 1m30s)", s)
+		}
+		v = time.Duration(f * float64(time.Second))
+	}
+	if v <= 0 {
+		return fmt.Errorf("%q: want a duration above zero", s)
+	}
+	*d = secondsFlag(v)
+	return nil
 }
 
 // countEnd says how counting ended.

@@ -63,6 +63,46 @@ func TestCount(t *testing.T) {
 	}
 }
 
+// TestCountTable checks the forms of count's report: a row per kind and
+// function, --top, JSON without nulls, and --duration in plain seconds.
+func TestCountTable(t *testing.T) {
+	testutil.RequireBPF(t)
+	const n = 5
+	target := testprogs.PrivateTarget(t, n)
+	entry, ret := "uprobe:"+target+":func_*", "uretprobe:"+target+":func_*"
+	out, errOut, code := execCLI(t, "count", entry, ret, "--", target, "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for i := range n {
+		for _, kind := range []string{"uprobe", "uretprobe"} {
+			row := fmt.Sprintf("%d  %-9s  func_%05d\n", testprogs.ExpectedCalls(i, 2), kind, i)
+			if !strings.Contains(out, row) {
+				t.Errorf("no row %q in:\n%s", row, out)
+			}
+		}
+	}
+	if !strings.Contains(out, "CALLS  KIND       FUNCTION\n") {
+		t.Errorf("no header CALLS KIND FUNCTION:\n%s", out)
+	}
+
+	out, errOut, code = execCLI(t, "count", "--top", "3", entry, ret, "--", target, "2")
+	if rows := strings.Count(out, "  func_"); code != 0 || rows != 3 || !strings.Contains(out, "(7 more sites called, left out by --top)") {
+		t.Errorf("--top 3: exit %d, %d rows:\n%s%s", code, rows, out, errOut)
+	}
+
+	// Nothing called: counts is [], not null.
+	out, errOut, code = execCLI(t, "count", "--json", "--duration", "0.2", "uprobe:"+target+":func_00001")
+	if code != 0 || !strings.Contains(out, `"counts": []`) {
+		t.Errorf("--json, nothing called: exit %d:\n%s%s", code, out, errOut)
+	}
+	for _, bad := range []string{"x", "-1", "0", "NaN"} {
+		if _, errOut, code := execCLI(t, "count", "--duration", bad, entry); code != 2 {
+			t.Errorf("--duration %s: exit %d, want 2: %s", bad, code, errOut)
+		}
+	}
+}
+
 // TestCountUSDT counts USDT probes and prints their arguments.
 func TestCountUSDT(t *testing.T) {
 	testutil.RequireBPF(t)
@@ -77,7 +117,7 @@ func TestCountUSDT(t *testing.T) {
 		}
 	}
 	out, errOut, code = runCLI(t, "count", "usdt:"+target+":mp:*", "--", target, "4")
-	if code != 0 || !strings.Contains(out, "50  mp:inlined") || !strings.Contains(out, "4  mp:guarded") {
+	if code != 0 || !strings.Contains(out, "50  usdt  mp:inlined") || !strings.Contains(out, "4  usdt  mp:guarded") {
 		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
 	}
 }

@@ -106,7 +106,7 @@ func runList(args []string, stdout, stderr io.Writer) error {
 	if err := bw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d sites in %s\n", len(sites), path)
+	fmt.Fprintf(stdout, "%d %s in %s\n", len(sites), plural(len(sites), "site", "sites"), path)
 	return nil
 }
 

@@ -146,6 +146,14 @@ func flagName(f *flag.Flag) string {
 	return dashes + f.Name
 }
 
+// plural is one or many, by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func capitalize(s string) string {
 	if s == "" {
 		return s

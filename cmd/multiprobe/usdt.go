@@ -102,7 +102,7 @@ func runUSDT(args []string, stdout, stderr io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%d probes in %s (%s)\n", len(probes), path, f.Arch)
+	fmt.Fprintf(stdout, "%d %s in %s (%s)\n", len(probes), plural(len(probes), "probe", "probes"), path, f.Arch)
 	return nil
 }
 
