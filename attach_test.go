@@ -657,3 +657,68 @@ func TestSession(t *testing.T) {
 		})
 	}
 }
+
+// TestPIDRoot probes a process that runs chrooted, by the path it has
+// inside its root: with Options.PID, a target is looked up in the process's
+// root (/proc/PID/root), not in this process's.
+func TestPIDRoot(t *testing.T) {
+	forEachPath(t, testPIDRoot)
+}
+
+func testPIDRoot(t *testing.T, f kernelprobe.Features) {
+	const n, calls = 5, 3
+	target := testprogs.PrivateTarget(t, n)
+	root := t.TempDir()
+	// The target and what the loader needs, at their own paths in root.
+	files := []string{target}
+	out, err := exec.Command("ldd", target).Output()
+	if err != nil {
+		testutil.RequireTool(t, "ldd", err)
+	}
+	for _, field := range strings.Fields(string(out)) {
+		if strings.HasPrefix(field, "/") {
+			files = append(files, field)
+		}
+	}
+	for _, src := range files {
+		dst := filepath.Join(root, src)
+		if src == target {
+			dst = filepath.Join(root, "app/bin/target")
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	chroot, err := exec.LookPath("chroot")
+	if err != nil {
+		testutil.RequireTool(t, "chroot", err)
+	}
+	p := testprogs.Start(t, chroot, root, "/app/bin/target", "-wait", fmt.Sprint(calls))
+
+	// /app/bin/target exists only in the process's root.
+	if _, err := multiprobe.Resolve(mustParse(t, "uprobe:/app/bin/target:func_*"), &multiprobe.Options{Features: &f}); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Resolve without PID: %v, want fs.ErrNotExist", err)
+	}
+	c, plans := setup(t, f, multiprobe.Options{PID: p.PID()}, []string{"uprobe:/app/bin/target:func_*"})
+	l := mustAttach(t, plans[0], c.CountEntry)
+	if s := l.Sites()[0]; !strings.HasPrefix(s.Path, "/proc/"+fmt.Sprint(p.PID())+"/root/") {
+		t.Errorf("site path %s, want it under the process's root", s.Path)
+	}
+	p.Finish(t)
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cookie, s := range l.Sites() {
+		if want := uint64(testprogs.ExpectedCalls(funcIndex(t, s.Name), calls)); counts[cookie] != want {
+			t.Errorf("%s: %d calls counted, want %d", s.Name, counts[cookie], want)
+		}
+	}
+}

@@ -67,7 +67,10 @@ type Options struct {
 	// PID, if not 0, counts only calls made by the process with this pid
 	// (all its threads, not its children). The kernel filters where it can
 	// (uprobe_multi with the 6.10 fix); elsewhere each Link filters inside
-	// BPF with a copy of the program of its own (see Link).
+	// BPF with a copy of the program of its own (see Link). A probe's
+	// target is looked up in the process's root directory, so that a path
+	// or library name means the file a process in a container or chroot
+	// sees by that name.
 	PID int
 	// PIDs, if not empty, counts only calls made by these processes (and
 	// PID, if set), through each Link's own in-BPF filter. A Link's set can

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -254,9 +256,27 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	return pl, nil
 }
 
+// lookupRoot is the root in which target is looked up: with Options.PID,
+// the process's own (/proc/PID/root), so that "/app/bin/server" names the
+// file a containerized or chrooted process runs; else, or where the
+// process shares this one's root, or for a target already under /proc,
+// this process's root.
+func (pl *Plan) lookupRoot(target string) string {
+	if pl.opts.PID == 0 || strings.HasPrefix(target, "/proc/") {
+		return ""
+	}
+	root := "/proc/" + strconv.Itoa(pl.opts.PID) + "/root"
+	theirs, err1 := os.Stat(root)
+	ours, err2 := os.Stat("/")
+	if err1 != nil || err2 != nil || os.SameFile(theirs, ours) {
+		return ""
+	}
+	return root
+}
+
 // open looks the target up and opens it, once per file.
 func (pl *Plan) open(target string) (*openFile, error) {
-	path, err := elfsym.LookPath(target)
+	path, err := elfsym.LookPathIn(pl.lookupRoot(target), target)
 	if err != nil {
 		return nil, err
 	}

@@ -18,18 +18,22 @@ import (
 )
 
 // LookPath finds the file a probe target names. A name with a '/' is a path
-// and is returned as it is (after checking that it exists); a bare name is
-// looked up the way the dynamic loader finds a library, in /etc/ld.so.cache
-// and then the standard library directories, and then as a program in
-// $PATH. Only files built for the host's architecture match a bare name.
+// and is returned as it is (after checking that it exists). A bare name is,
+// in order: a file of that name in the current directory (as readelf or ls
+// would take it); a library, found the way the dynamic loader finds one, in
+// /etc/ld.so.cache and then the standard library directories; a program in
+// $PATH. A bare library name without ".so" ("libc", "libssl") is a library
+// of that name with any soname version ("libc.so.6"), as in bpftrace. Only
+// files built for the host's architecture match a library or program name.
 func LookPath(name string) (string, error) {
 	return LookPathIn("", name)
 }
 
 // LookPathIn is LookPath inside another root directory, such as
 // /proc/PID/root for a process in a container: the cache, the library
-// directories and the returned path are all under root. $PATH is not
-// searched inside a root, since it is the caller's, not the container's.
+// directories and the returned path are all under root. Neither the
+// current directory nor $PATH is searched inside a root, since they are
+// the caller's, not the container's.
 func LookPathIn(root, name string) (string, error) {
 	if name == "" {
 		return "", fmt.Errorf("empty target name: %w", ErrNotFound)
@@ -54,7 +58,15 @@ func LookPathIn(root, name string) (string, error) {
 		f.Close()
 		return p, nil
 	}
-	if p, ok := ldCacheLookup(root, name); ok {
+	if root == "" {
+		if fi, err := os.Stat(name); err == nil && fi.Mode().IsRegular() {
+			if abs, err := filepath.Abs(name); err == nil {
+				return abs, nil
+			}
+		}
+	}
+	exact := func(key string) bool { return key == name }
+	if p, ok := ldCacheLookup(root, exact); ok {
 		return p, nil
 	}
 	for _, dir := range libDirs() {
@@ -63,6 +75,25 @@ func LookPathIn(root, name string) (string, error) {
 			return p, nil
 		}
 	}
+	if strings.HasPrefix(name, "lib") && !strings.Contains(name, ".so") {
+		// "libc": libc.so, or libc.so.N for any N.
+		versioned := func(key string) bool {
+			rest, ok := strings.CutPrefix(key, name+".so")
+			return ok && (rest == "" || rest[0] == '.')
+		}
+		if p, ok := ldCacheLookup(root, versioned); ok {
+			return p, nil
+		}
+		for _, dir := range libDirs() {
+			matches, _ := filepath.Glob(inRoot(root, filepath.Join(dir, name+".so*")))
+			for _, p := range matches {
+				if versioned(filepath.Base(p)) && hostELF(p) {
+					return p, nil
+				}
+			}
+		}
+	}
+	where := "/etc/ld.so.cache or the library directories"
 	if root == "" {
 		for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
 			if dir == "" {
@@ -73,10 +104,20 @@ func LookPathIn(root, name string) (string, error) {
 				return p, nil
 			}
 		}
+		where = "the current directory, /etc/ld.so.cache, the library directories or $PATH"
+	} else {
+		where = fmt.Sprintf("%s's /etc/ld.so.cache or library directories", root)
 	}
-	return "", fmt.Errorf("target %q: %w in /etc/ld.so.cache, the library directories or $PATH: give its full path: %w",
-		name, ErrNotFound, fs.ErrNotExist)
+	return "", &notFoundError{fmt.Sprintf("target %q: not found in %s (give a path: ./%s, /usr/lib/..., or a library's name such as libc.so.6)",
+		name, where, name)}
 }
+
+// notFoundError is a bare name LookPathIn did not find: ErrNotFound and
+// fs.ErrNotExist, with a message that says where it looked in one line.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string   { return e.msg }
+func (e *notFoundError) Unwrap() []error { return []error{ErrNotFound, fs.ErrNotExist} }
 
 // inRoot names p inside root: p is cleaned as an absolute path first, so
 // that no ".." in it (an ld.so.cache entry of a container, say) climbs out
@@ -154,7 +195,7 @@ const maxLdCache = 16 << 20
 
 // ldCacheLookup finds name in root's /etc/ld.so.cache. Entries for other
 // architectures (a multilib i386 libc, say) are skipped by checking the file.
-func ldCacheLookup(root, name string) (string, bool) {
+func ldCacheLookup(root string, match func(key string) bool) (string, bool) {
 	f, err := fds.OpenRegular(inRoot(root, "/etc/ld.so.cache"))
 	if err != nil {
 		return "", false
@@ -166,7 +207,7 @@ func ldCacheLookup(root, name string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	for _, p := range parseLdCache(data, name) {
+	for _, p := range parseLdCache(data, match) {
 		p = inRoot(root, p)
 		if hostELF(p) {
 			return p, true
@@ -175,12 +216,13 @@ func ldCacheLookup(root, name string) (string, bool) {
 	return "", false
 }
 
-// parseLdCache returns the paths that the cache lists for name, in order.
+// parseLdCache returns the paths that the cache lists for the names that
+// match, in order.
 // The new-format table is: magic (20 bytes), nlibs (u32), string table
 // length (u32), flags and padding up to 48 bytes, then nlibs entries of 24
 // bytes (flags i32, key u32, value u32, osversion u32, hwcap u64), whose key
 // and value are offsets from the start of the new-format header.
-func parseLdCache(data []byte, name string) []string {
+func parseLdCache(data []byte, match func(key string) bool) []string {
 	start := bytes.Index(data, []byte(ldCacheMagic))
 	if start < 0 {
 		return nil
@@ -199,7 +241,7 @@ func parseLdCache(data []byte, name string) []string {
 		e := hdr[48+i*entSize:]
 		key, ok1 := cstring(hdr, binary.LittleEndian.Uint32(e[4:]))
 		val, ok2 := cstring(hdr, binary.LittleEndian.Uint32(e[8:]))
-		if ok1 && ok2 && string(key) == name {
+		if ok1 && ok2 && match(string(key)) {
 			out = append(out, string(val))
 		}
 	}
