@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -265,13 +264,7 @@ func (pl *Plan) lookupRoot(target string) string {
 	if pl.opts.PID == 0 || strings.HasPrefix(target, "/proc/") {
 		return ""
 	}
-	root := "/proc/" + strconv.Itoa(pl.opts.PID) + "/root"
-	theirs, err1 := os.Stat(root)
-	ours, err2 := os.Stat("/")
-	if err1 != nil || err2 != nil || os.SameFile(theirs, ours) {
-		return ""
-	}
-	return root
+	return elfsym.ProcessRoot(pl.opts.PID)
 }
 
 // open looks the target up and opens it, once per file.

@@ -265,6 +265,13 @@ func newFile(name string, data []byte) (*File, error) {
 			if text := ef.Section(".text"); text != nil {
 				f.textAddr = text.Addr
 			}
+			// A stripped Go program linked with cgo (the race detector
+			// links so too) keeps a .dynsym of a few C symbols: its
+			// functions are in the Go function table, which is read
+			// instead. (Its C functions, which that table lacks, are
+			// then not found: a binary stripped of .symtab has no other
+			// list of them than .dynsym's exports.)
+			f.tables = nil
 		}
 	}
 	return f, nil

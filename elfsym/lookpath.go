@@ -119,6 +119,20 @@ type notFoundError struct{ msg string }
 func (e *notFoundError) Error() string   { return e.msg }
 func (e *notFoundError) Unwrap() []error { return []error{ErrNotFound, fs.ErrNotExist} }
 
+// ProcessRoot is the root directory in which to look up the files process
+// pid names: /proc/PID/root when its root differs from this process's (a
+// container, a chroot), else "" (this process's own root, where the same
+// names mean the same files and paths stay short).
+func ProcessRoot(pid int) string {
+	root := "/proc/" + strconv.Itoa(pid) + "/root"
+	theirs, err1 := os.Stat(root)
+	ours, err2 := os.Stat("/")
+	if err1 != nil || err2 != nil || os.SameFile(theirs, ours) {
+		return ""
+	}
+	return root
+}
+
 // inRoot names p inside root: p is cleaned as an absolute path first, so
 // that no ".." in it (an ld.so.cache entry of a container, say) climbs out
 // of root; symbolic links inside root are confined when the file is opened

@@ -3,30 +3,40 @@ package main
 import (
 	"bufio"
 	"debug/elf"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
+	"github.com/multiprobe/multiprobe/usdt"
 )
 
 func init() {
 	commands["list"] = &command{
-		usage: "[--json] TARGET PATTERN...",
-		short: "list the sites that glob patterns select in an ELF file (no root needed)",
-		long: `TARGET is a path, or a bare library or program name (libc.so.6, bash)
-looked up as the dynamic loader and the shell would. A pattern is a glob;
-one starting with '!' removes what it matches. Each row is a site: where a
-probe goes (OFFSET, a file offset), what the symbol table says of it, and a
-NOTE where the probe goes elsewhere than the symbol points (after a Go
-function's stack check; an IFUNC's implementation instead of its resolver).`,
+		usage: "[--json] [-p PID] PROBE... | TARGET PATTERN...",
+		short: "list the sites that probe specs or glob patterns select (no root needed)",
+		long: `PROBE is a spec as count takes it (uprobe:TARGET:PATTERN,...,
+uretprobe:..., usdt:TARGET:PROVIDER:NAME); the older form, a TARGET and its
+patterns, still works. TARGET is a path, or a bare library or program name
+(libc.so.6, libc, bash). A pattern is a glob; one starting with '!' removes
+what it matches. With -p PID and no PROBE, every file the process maps is
+listed (PATTERNs, if given, select its functions, as bpftrace -lp does);
+with a PROBE, its TARGET is looked up in the process's root directory.
+
+Each row is a site: where a probe goes (OFFSET, a file offset), what the
+symbol table says of it, and a NOTE where the probe goes elsewhere than the
+symbol points (after a Go function's stack check; an IFUNC's implementation
+instead of its resolver).`,
 		examples: []string{
-			"list /bin/bash 'sh_set*'             # bash's functions named sh_set...",
-			"list libc.so.6 'str*' '!strn*'       # libc's str* functions but strn*",
-			"list --json libc.so.6 malloc free    # as JSON",
+			"list 'uprobe:/bin/bash:sh_set*'        # bash's functions named sh_set...",
+			"list 'uprobe:libc:str*,!strn*' 'usdt:python3.11:python:function__*'",
+			"list /bin/bash 'sh_set*'               # the same as the first",
+			"list -p 1234 'malloc*'                 # in every file process 1234 maps",
+			"list --json libc.so.6 malloc free",
 		},
 		run: runList,
 	}
@@ -34,6 +44,10 @@ function's stack check; an IFUNC's implementation instead of its resolver).`,
 
 // listedSite is the JSON form of a site.
 type listedSite struct {
+	// Kind and Path are the probe's kind (uprobe, uretprobe) and the
+	// file, as it was looked up.
+	Kind    string   `json:"kind"`
+	Path    string   `json:"path"`
 	Name    string   `json:"name"`
 	Aliases []string `json:"aliases,omitempty"`
 	Version string   `json:"version,omitempty"`
@@ -48,66 +62,225 @@ type listedSite struct {
 	Moved        string `json:"moved,omitempty"`
 }
 
+// A listing is what one probe, or one file of a process, selects.
+type listing struct {
+	kind   string // uprobe, uretprobe or usdt
+	path   string
+	sites  []elfsym.Site
+	usdt   []usdt.Probe
+	arch   usdt.Arch
+	filter string // for usdt: the PROVIDER:NAME pattern
+}
+
 func runList(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("list")
 	asJSON := fs.Bool("json", false, "print JSON")
+	var pid int
+	fs.IntVar(&pid, "pid", 0, "list the files of process `PID`, or look targets up in its root")
+	fs.IntVar(&pid, "p", 0, "short for --pid")
 	pos, _, err := parseFlags(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) < 2 {
-		return usagef("need a target and at least one pattern")
+	if pid < 0 {
+		return usagef("--pid %d: want a process id", pid)
 	}
-	path, err := elfsym.LookPath(pos[0])
-	if err != nil {
-		return err
+	var listings []listing
+	switch {
+	case len(pos) > 0 && isProbeSpec(pos[0]):
+		probes, err := multiprobe.ParseProbes(pos...)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		for _, p := range probes {
+			l, err := listProbe(p, pid)
+			if err != nil {
+				return err
+			}
+			listings = append(listings, l)
+		}
+	case pid != 0:
+		patterns := pos
+		if len(patterns) == 0 {
+			patterns = []string{"*"}
+		}
+		if listings, err = listProcess(pid, patterns); err != nil {
+			return err
+		}
+	case len(pos) < 2:
+		return usagef("need probe specs (uprobe:TARGET:PATTERN), or a target and at least one pattern")
+	default:
+		l, err := listProbe(multiprobe.Probe{Kind: multiprobe.Entry, Target: pos[0], Patterns: pos[1:]}, 0)
+		if err != nil {
+			return err
+		}
+		listings = []listing{l}
 	}
-	sites, err := elfsym.Resolve(path, pos[1:]...)
-	if err != nil {
-		return err
-	}
-	listIFuncs(path, sites)
 	if *asJSON {
-		out := make([]listedSite, len(sites))
-		for i, s := range sites {
-			out[i] = listedSite{
+		return listJSON(stdout, listings)
+	}
+	return listTable(stdout, listings)
+}
+
+// isProbeSpec reports whether arg starts as a probe spec does, rather than
+// being a target (a path, with no "uprobe:"-like prefix).
+func isProbeSpec(arg string) bool {
+	kind, _, ok := strings.Cut(arg, ":")
+	if !ok {
+		return false
+	}
+	switch kind {
+	case "uprobe", "u", "uretprobe", "ur", "usdt", "U":
+		return true
+	}
+	return false
+}
+
+// listProbe resolves one probe, its target looked up in process pid's root
+// if pid is not 0.
+func listProbe(p multiprobe.Probe, pid int) (listing, error) {
+	root := ""
+	if pid != 0 && !strings.HasPrefix(p.Target, "/proc/") {
+		root = elfsym.ProcessRoot(pid)
+	}
+	path, err := elfsym.LookPathIn(root, p.Target)
+	if err != nil {
+		return listing{}, err
+	}
+	l := listing{kind: p.Kind.String(), path: path}
+	if p.Kind == multiprobe.USDT {
+		f, err := usdt.Open(path)
+		if err != nil {
+			return l, err
+		}
+		l.arch, l.filter = f.Arch, p.Patterns[0]
+		l.usdt, err = f.Probes(p.Patterns[0])
+		return l, err
+	}
+	if l.sites, err = elfsym.Resolve(path, p.Patterns...); err != nil {
+		return l, err
+	}
+	listIFuncs(path, l.sites)
+	return l, nil
+}
+
+// listProcess resolves patterns in every file process pid maps executable.
+// A file where nothing matches is left out; none matching anywhere is an
+// error, as for one file.
+func listProcess(pid int, patterns []string) ([]listing, error) {
+	maps, err := elfsym.ExecutableMappings(pid)
+	if err != nil {
+		return nil, err
+	}
+	var out []listing
+	var errs []error
+	sameRoot := elfsym.ProcessRoot(pid) == ""
+	for _, m := range maps {
+		path := mappedPath(m, sameRoot)
+		sites, err := elfsym.Resolve(path, patterns...)
+		if errors.Is(err, elfsym.ErrNoMatch) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		listIFuncs(path, sites)
+		out = append(out, listing{kind: multiprobe.Entry.String(), path: path, sites: sites})
+	}
+	if len(out) == 0 {
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		return nil, fmt.Errorf("no function matches %s in the %d files process %d maps: %w", strings.Join(patterns, " "), len(maps), pid, elfsym.ErrNoMatch)
+	}
+	return out, nil
+}
+
+// mappedPath names a file a process maps: by the process's own path where
+// it shares this process's root and the file is still there, else through
+// /proc/PID/root, which reaches the very file mapped.
+func mappedPath(m elfsym.Mapping, sameRoot bool) string {
+	if sameRoot && !m.Deleted {
+		return m.Path
+	}
+	return m.HostPath
+}
+
+func listJSON(w io.Writer, listings []listing) error {
+	out := struct {
+		// Path is the file, when there is one.
+		Path  string        `json:"path,omitempty"`
+		Sites []listedSite  `json:"sites"`
+		USDT  []listedProbe `json:"usdt,omitempty"`
+	}{Sites: []listedSite{}}
+	if len(listings) == 1 {
+		out.Path = listings[0].path
+	}
+	for _, l := range listings {
+		for _, s := range l.sites {
+			out.Sites = append(out.Sites, listedSite{
+				Kind: l.kind, Path: l.path,
 				Name: s.Name, Aliases: s.Aliases, Version: s.Version,
 				Bind: symBind(s), Type: symType(s),
 				Size: s.Size, Address: s.Address, Offset: s.Offset,
 				SymbolOffset: s.SymbolOffset, Moved: s.Moved,
-			}
+			})
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
-			Path  string       `json:"path"`
-			Sites []listedSite `json:"sites"`
-		}{path, out})
+		for _, p := range l.usdt {
+			lp := jsonProbe(p)
+			lp.Path = l.path
+			out.USDT = append(out.USDT, lp)
+		}
 	}
+	return writeJSON(w, out)
+}
+
+func listTable(w io.Writer, listings []listing) error {
 	// Buffered: the tabwriter writes each cell on its own, thousands of
 	// write calls for a long listing.
-	bw := bufio.NewWriter(stdout)
-	tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tOFFSET\tSIZE\tTYPE\tBIND\tALIASES\tNOTE")
-	for _, s := range sites {
-		name := s.Name
-		if s.Version != "" && !strings.Contains(name, "@") {
-			name += "@@" + s.Version
+	bw := bufio.NewWriter(w)
+	grouped := len(listings) > 1 || len(listings) == 1 && listings[0].kind != multiprobe.Entry.String()
+	sites, files := 0, map[string]bool{}
+	for i, l := range listings {
+		if i > 0 {
+			fmt.Fprintln(bw)
 		}
-		note := s.Moved
-		if s.Moved == elfsym.MovedGoStackCheck {
-			note = fmt.Sprintf("symbol at %#x; probed %s", s.SymbolOffset, s.Moved)
+		if l.kind == multiprobe.USDT.String() {
+			if err := usdtTable(bw, l.path, l.arch, l.usdt); err != nil {
+				return err
+			}
+			continue
 		}
-		fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", name, s.Offset, s.Size, symType(s), symBind(s), strings.Join(s.Aliases, ","), note)
+		if grouped {
+			fmt.Fprintf(bw, "%s (%s):\n", l.path, l.kind)
+		}
+		tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tOFFSET\tSIZE\tTYPE\tBIND\tALIASES\tNOTE")
+		for _, s := range l.sites {
+			name := s.Name
+			if s.Version != "" && !strings.Contains(name, "@") {
+				name += "@@" + s.Version
+			}
+			note := s.Moved
+			if s.Moved == elfsym.MovedGoStackCheck {
+				note = fmt.Sprintf("symbol at %#x; probed %s", s.SymbolOffset, s.Moved)
+			}
+			fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", name, s.Offset, s.Size, symType(s), symBind(s), strings.Join(s.Aliases, ","), note)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		sites += len(l.sites)
+		files[l.path] = true
+		if !grouped {
+			fmt.Fprintf(bw, "%d %s in %s\n", len(l.sites), plural(len(l.sites), "site", "sites"), l.path)
+		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	if grouped && sites > 0 {
+		fmt.Fprintf(bw, "%d %s in %d %s\n", sites, plural(sites, "site", "sites"), len(files), plural(len(files), "file", "files"))
 	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "%d %s in %s\n", len(sites), plural(len(sites), "site", "sites"), path)
-	return nil
+	return bw.Flush()
 }
 
 func symType(s elfsym.Site) string {

@@ -3,8 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/multiprobe/multiprobe/internal/testutil"
 )
 
 func TestList(t *testing.T) {
@@ -16,8 +22,18 @@ func TestList(t *testing.T) {
 	}{
 		{"table", []string{"list", "libc.so.6", "malloc", "strlen"}, 0, "IFUNC"},
 		{"ifunc", []string{"list", "libc.so.6", "strlen"}, 0, "IFUNC's implementation on this machine (resolver at "},
-		{"no args", []string{"list"}, 2, "need a target"},
-		{"one arg", []string{"list", "/bin/sh"}, 2, "need a target"},
+		{"no args", []string{"list"}, 2, "need probe specs"},
+		{"one arg", []string{"list", "/bin/sh"}, 2, "or a target and at least one pattern"},
+		{"spec", []string{"list", "uprobe:libc.so.6:malloc"}, 0, "1 site in /"},
+		{"bare lib name", []string{"list", "uprobe:libc:malloc"}, 0, "libc.so.6\n"},
+		{"two specs", []string{"list", "uprobe:libc:malloc", "uprobe:libc:free"}, 0, "2 sites in 1 file"},
+		{"specs of each kind", []string{"list", "u:libc:malloc", "ur:libc:free", "usdt:python3.11:python:line"}, 0, "(uretprobe):"},
+		{"bad spec", []string{"list", "uprobe:libc.so.6"}, 2, "missing the function pattern"},
+		{"usdt spec, no match", []string{"list", "usdt:libc.so.6:nope:nope"}, 1, "no matching USDT probes"},
+		{"-p self", []string{"list", "-p", strconv.Itoa(os.Getpid()), "runtime.main"}, 0, "runtime.main"}, // DEBUG
+		{"--pid spec", []string{"list", "--pid", strconv.Itoa(os.Getpid()), "uprobe:libc.so.6:malloc"}, 0, "malloc"},
+		{"-p missing", []string{"list", "-p", "999999999", "x"}, 1, "process 999999999"},
+		{"-p no match", []string{"list", "-p", strconv.Itoa(os.Getpid()), "no_such_function_xyz"}, 1, "no function matches"},
 		{"bad flag", []string{"list", "--nope", "/bin/sh", "x"}, 2, "flag provided but not defined"},
 		{"no match", []string{"list", "libc.so.6", "no_such_function_xyz"}, 1, "no function matches"},
 		{"missing file", []string{"list", "/nonexistent/bin", "x"}, 1, "/nonexistent/bin"},
@@ -41,6 +57,57 @@ func TestList(t *testing.T) {
 	}
 }
 
+func TestUSDTForms(t *testing.T) {
+	python := "/usr/bin/python3.11"
+	if _, err := os.Stat(python); err != nil {
+		testutil.RequireTool(t, "python3.11", err)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		contains string
+	}{
+		{"target", []string{"usdt", python, "python:line"}, 0, "1 probe in " + python},
+		{"spec", []string{"usdt", "usdt:python3.11:python:line"}, 0, "1 probe in " + python},
+		{"specs", []string{"usdt", "usdt:python3.11:python:line", "usdt:python3.11:python:gc__*"}, 0, "2 probes in " + python},
+		{"not usdt", []string{"usdt", "uprobe:libc:malloc"}, 2, "not a usdt: probe"},
+		{"typo", []string{"usdt", python, "python:lien"}, 1, "no matching USDT probes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := execCLI(t, tt.args...)
+			if code != tt.code || !strings.Contains(out+errOut, tt.contains) {
+				t.Errorf("exit %d (want %d), output lacks %q:\n%s%s", code, tt.code, tt.contains, out, errOut)
+			}
+		})
+	}
+	t.Run("-p", func(t *testing.T) {
+		p := exec.Command(python, "-c", "import sys; sys.stdin.read()")
+		in, err := p.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { in.Close(); p.Wait() }()
+		// Until the interpreter has mapped its files, its maps are
+		// incomplete.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			out, errOut, code := execCLI(t, "usdt", "-p", strconv.Itoa(p.Process.Pid), "python:function__entry")
+			if code == 0 && strings.Contains(out, "1 probe in "+python) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("usdt -p: exit %d:\n%s%s", code, out, errOut)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
 func TestListJSON(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"list", "--json", "libc.so.6", "malloc"}, &stdout, &stderr); code != 0 {
@@ -53,7 +120,20 @@ func TestListJSON(t *testing.T) {
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Sites) != 1 || got.Sites[0].Name != "malloc" || got.Sites[0].Offset == 0 || got.Sites[0].Type != "FUNC" {
+	if len(got.Sites) != 1 || got.Sites[0].Name != "malloc" || got.Sites[0].Offset == 0 || got.Sites[0].Type != "FUNC" ||
+		got.Sites[0].Kind != "uprobe" || got.Sites[0].Path != got.Path {
+		t.Errorf("JSON = %+v", got)
+	}
+	// Several specs: each site says its file and kind; no top-level path.
+	stdout.Reset()
+	if code := run([]string{"list", "--json", "u:libc.so.6:malloc", "ur:/bin/bash:sh_setlinebuf"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	got.Path, got.Sites = "", nil
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Path != "" || len(got.Sites) != 2 || got.Sites[1].Kind != "uretprobe" || got.Sites[1].Path != "/bin/bash" {
 		t.Errorf("JSON = %+v", got)
 	}
 }
