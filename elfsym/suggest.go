@@ -3,7 +3,8 @@ package elfsym
 import (
 	"encoding/binary"
 	"slices"
-	"strings"
+
+	"github.com/multiprobe/multiprobe/internal/glob"
 )
 
 const maxSuggestions = 3
@@ -18,18 +19,13 @@ func (r *resolver) suggest() []string {
 	}
 	var best []cand
 	for _, np := range r.m.incl {
-		want := strings.Map(func(c rune) rune {
-			if strings.ContainsRune("*?[]!", c) {
-				return -1
-			}
-			return c
-		}, np.name.String())
+		want := glob.Literal(np.name.String())
 		if want == "" {
 			continue
 		}
 		limit := max(2, len(want)/2)
 		consider := func(name []byte) bool {
-			if d := distance(want, name, limit); d <= limit {
+			if d := glob.Distance(want, name, limit); d <= limit {
 				if len(best) < maxSuggestions*4 || d < best[len(best)-1].dist {
 					s := string(name)
 					if !slices.ContainsFunc(best, func(c cand) bool { return c.name == s }) {
@@ -64,42 +60,4 @@ func (r *resolver) suggest() []string {
 		out = append(out, c.name)
 	}
 	return out
-}
-
-// distance is the edit distance between a and b, or limit+1 once it is
-// known to exceed limit. Case differences cost nothing: "Malloc" should
-// suggest "malloc".
-func distance(a string, b []byte, limit int) int {
-	if d := len(a) - len(b); d > limit || -d > limit {
-		return limit + 1
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		rowMin := cur[0]
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if lower(a[i-1]) == lower(b[j-1]) {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			rowMin = min(rowMin, cur[j])
-		}
-		if rowMin > limit {
-			return limit + 1
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
-func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
 }

@@ -124,7 +124,11 @@ func (f *File) Probes(pattern string) ([]Probe, error) {
 		if len(f.probes) == 0 {
 			return nil, fmt.Errorf("usdt: %s: %w: the file has no .note.stapsdt notes", f.Path, ErrNoProbes)
 		}
-		return nil, fmt.Errorf("usdt: %s: %w for %q (%d probes in the file)", f.Path, ErrNoProbes, pattern, len(f.probes))
+		msg := fmt.Sprintf("(%d probes in the file)", len(f.probes))
+		if near := f.suggest(pattern); len(near) > 0 {
+			msg = "(did you mean " + strings.Join(near, ", ") + "?)"
+		}
+		return nil, fmt.Errorf("usdt: %s: %w for %q %s", f.Path, ErrNoProbes, pattern, msg)
 	}
 	return out, nil
 }
@@ -325,4 +329,48 @@ func (s *symbols) lookup(name string) (uint64, bool) {
 	}
 	v, ok := s.addrs[name]
 	return v, ok
+}
+
+// suggest returns up to three probes whose provider:name is closest to
+// pattern, for a no-match error: python:function_entry finds
+// python:function__entry.
+func (f *File) suggest(pattern string) []string {
+	// A pattern for a name in any provider ("inlined", which Probes
+	// reads as "*:inlined") is compared with names only.
+	provider, name, ok := strings.Cut(pattern, ":")
+	namesOnly := !ok || provider == "*"
+	want := glob.Literal(pattern)
+	if namesOnly {
+		want = glob.Literal(name)
+		if !ok {
+			want = glob.Literal(provider)
+		}
+	}
+	limit := max(2, len(want)/3)
+	type cand struct {
+		name string
+		dist int
+	}
+	var best []cand
+	seen := map[string]bool{}
+	for _, p := range f.probes {
+		full := p.Provider + ":" + p.Name
+		if seen[full] {
+			continue
+		}
+		seen[full] = true
+		against := full
+		if namesOnly {
+			against = p.Name
+		}
+		if d := glob.Distance(want, []byte(against), limit); d <= limit {
+			best = append(best, cand{full, d})
+		}
+	}
+	slices.SortStableFunc(best, func(a, b cand) int { return a.dist - b.dist })
+	var out []string
+	for _, c := range best[:min(len(best), 3)] {
+		out = append(out, c.name)
+	}
+	return out
 }

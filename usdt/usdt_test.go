@@ -186,6 +186,17 @@ func TestProbesPattern(t *testing.T) {
 			t.Errorf("Probes(%q) = %d probes, %v; want %d, %v", c.pattern, len(got), err, c.want, c.err)
 		}
 	}
+	// A near miss names the probes it may have meant.
+	for _, c := range []struct{ pattern, says string }{
+		{"mptest:size", "did you mean mptest:sizes"},
+		{"mptset:sizes", "did you mean mptest:sizes?"},
+		{"inlnied", "did you mean mptest:inlined?"},
+		{"zzzz:qqqq", "(8 probes in the file)"},
+	} {
+		if _, err := f.Probes(c.pattern); !errors.Is(err, ErrNoProbes) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("Probes(%q) = %v, want ErrNoProbes that says %q", c.pattern, err, c.says)
+		}
+	}
 }
 
 func TestNoNotes(t *testing.T) {
