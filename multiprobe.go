@@ -99,6 +99,24 @@ type Options struct {
 	// default a uretprobe spec on a Go program probes each function's
 	// return instructions with entry probes (see Site.Returns).
 	GoKernelReturns bool
+	// Progress, if not nil, is told how a long phase advances: on the
+	// perf-event path (before Linux 6.6), where each site costs tens of
+	// milliseconds, the sites attached by Attach and detached by
+	// Link.Close, per kind (entry or return). It is called about ten times a
+	// second and once at the end of each phase, from a goroutine of its
+	// own, never concurrently with itself. The uprobe_multi path attaches
+	// a binary's sites in one call and reports nothing.
+	Progress func(Progress)
+}
+
+// Progress is a report of Options.Progress.
+type Progress struct {
+	// Phase is "attach" or "detach".
+	Phase string
+	// Path is the binary whose sites these are, or "" for several.
+	Path string
+	// Done of Total sites are attached, or detached.
+	Done, Total int
 }
 
 // setup fills in the kernel's features and checks the options.
@@ -258,7 +276,17 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 			continue
 		}
 		pl.name(targets)
-		fl, err := fallback.Uprobes(single, targets, &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite})
+		fo := &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite}
+		if fn := pl.opts.Progress; fn != nil {
+			path := ""
+			if len(targets) == 1 {
+				path = targets[0].Path
+			}
+			fo.Progress = func(phase string, done, total int) {
+				fn(Progress{Phase: phase, Path: path, Done: done, Total: total})
+			}
+		}
+		fl, err := fallback.Uprobes(single, targets, fo)
 		if err != nil {
 			return nil, err
 		}

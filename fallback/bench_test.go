@@ -88,7 +88,7 @@ func BenchmarkClose(b *testing.B) {
 	}{
 		{"sequential", closeSequential},
 		{"each/workers=64", func(l []link.Link) error { return closeEach(l, 64) }},
-		{"twophase", closeLinks},
+		{"twophase", func(l []link.Link) error { return closeLinks(l, startProgress(nil, PhaseDetach, len(l))) }},
 	} {
 		b.Run(fmt.Sprintf("%s/sites=%d", s.name, n), func(b *testing.B) {
 			for b.Loop() {

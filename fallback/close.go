@@ -36,7 +36,7 @@ const perfCloseWorkers = 4
 
 // closeLinks detaches links: first every program link, concurrently, then
 // every perf event.
-func closeLinks(links []link.Link) error {
+func closeLinks(links []link.Link, p *progress) error {
 	events := make([]*os.File, len(links))
 	ids := make([]link.ID, len(links))
 	errs := make([]error, 2*len(links))
@@ -59,6 +59,7 @@ func closeLinks(links []link.Link) error {
 		if events[i] != nil {
 			errs[len(links)+i] = events[i].Close()
 		}
+		p.add(1)
 	})
 	return errors.Join(errs...)
 }

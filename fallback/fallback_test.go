@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -390,5 +391,62 @@ func TestInvalid(t *testing.T) {
 			}
 			snap.Check(t, "after the error")
 		})
+	}
+}
+
+// TestProgress checks Options.Progress: counts that only grow, the end of
+// each phase reported once with every site, never two calls at once, and
+// the attach phase over before the detach phase starts.
+func TestProgress(t *testing.T) {
+	testutil.RequireBPF(t)
+	const n = 20
+	path := testprogs.PrivateTarget(t, n)
+	offs, err := testprogs.TargetOffsets(path, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.LoadCounter(kernelprobe.PathPerfEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	type report struct {
+		phase       string
+		done, total int
+	}
+	var (
+		reports []report
+		inside  atomic.Bool
+	)
+	progress := func(phase string, done, total int) {
+		if inside.Swap(true) {
+			t.Error("Progress called while a call was running")
+		}
+		defer inside.Store(false)
+		reports = append(reports, report{phase, done, total})
+	}
+	l, err := Uprobes(c.CountEntry, []attach.Target{{Path: path, Offsets: offs}}, &Options{Progress: progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]int{}
+	ends := map[string]int{}
+	for i, r := range reports {
+		if r.total != n || r.done < last[r.phase] || r.done > n {
+			t.Errorf("report %d: %+v after %d done", i, r, last[r.phase])
+		}
+		if r.phase == PhaseAttach && ends[PhaseDetach] > 0 || r.phase == PhaseAttach && last[PhaseDetach] > 0 {
+			t.Errorf("report %d: %+v after the detach phase began", i, r)
+		}
+		last[r.phase] = r.done
+		if r.done == n {
+			ends[r.phase]++
+		}
+	}
+	if reports[len(reports)-1] != (report{PhaseDetach, n, n}) || last[PhaseAttach] != n {
+		t.Errorf("reports %+v: want both phases to end with %d of %d", reports, n, n)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/multiprobe/multiprobe"
 )
 
 // cliEnv makes the test binary, started again by execCLI, run as the
@@ -83,5 +85,20 @@ func TestHelp(t *testing.T) {
 				t.Errorf("usage error is not one line: %q", stderr)
 			}
 		})
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	var b bytes.Buffer
+	writeProgress(&b, multiprobe.Progress{Phase: "attach", Path: "/bin/bash", Done: 3, Total: 10})
+	writeProgress(&b, multiprobe.Progress{Phase: "attach", Path: "/bin/bash", Done: 10, Total: 10})
+	want := "\rattaching 3/10 sites of /bin/bash (one perf-event uprobe each)\x1b[K" +
+		"\rattaching 10/10 sites of /bin/bash (one perf-event uprobe each)\x1b[K\n"
+	if b.String() != want {
+		t.Errorf("got %q, want %q", b.String(), want)
+	}
+	// Piped, nothing.
+	if terminalProgress(&b) != nil || terminalProgress(os.Stdout) != nil && !isTerminal(os.Stdout) {
+		t.Error("progress for a writer that is not a terminal")
 	}
 }

@@ -137,7 +137,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err := bpfsys.RaiseMemlock(); err != nil {
 		return err
 	}
-	opts := &multiprobe.Options{Features: &features, PID: *pid}
+	opts := &multiprobe.Options{Features: &features, PID: *pid, Progress: terminalProgress(rawStderr)}
 	var child *stoppedCommand
 	if len(command) > 0 {
 		// The tracer of a ptrace'd child is the thread that started it,
