@@ -30,7 +30,7 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--args] PROBE... [-- CMD ARGS...]",
+		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--args [--nargs N]] PROBE... [-- CMD ARGS...]",
 		short: "count calls per function through one uprobe_multi link per binary (root)",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
 or usdt:TARGET:PROVIDER:NAME, with globs, as bpftrace writes them. With a
@@ -101,12 +101,14 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	stdout, stderr = &syncWriter{w: stdout}, &syncWriter{w: stderr}
 	fs := newFlagSet("count")
 	pid := fs.Int("pid", 0, "count only calls made by the process `PID`")
+	fs.IntVar(pid, "p", 0, "short for --pid")
 	var duration secondsFlag
 	fs.Var(&duration, "duration", "count for this long: `D` as 10s, 1m30s or 2.5 (seconds) (default: until the command exits, or Ctrl-C)")
 	top := fs.Int("top", 0, "show only the `N` sites with the most calls")
 	asJSON := fs.Bool("json", false, "print JSON")
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
-	withArgs := fs.Bool("args", false, "print every hit with its USDT arguments as integers")
+	withArgs := fs.Bool("args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
+	nargs := fs.Int("nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the calling convention's registers")
 	specs, command, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -119,6 +121,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	}
 	if *pid != 0 && len(command) > 0 {
 		return usagef("--pid and a command exclude each other: the command's pid is used")
+	}
+	if *nargs < 0 || *nargs > 6 {
+		return usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", *nargs)
 	}
 	if *top < 0 {
 		return usagef("--top %d: want a positive number of rows", *top)
@@ -173,7 +178,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		}
 		go func() {
 			defer close(hitsDone)
-			hitLog = readHits(rd, sites, stdout, *asJSON)
+			hitLog = readHits(rd, sites, *nargs, stdout, *asJSON)
 		}()
 		defer func() {
 			rd.Close()
@@ -573,15 +578,23 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool) (*counter, error) {
 
 // hitRecord is one hit with its arguments, for --args.
 type hitRecord struct {
-	Probe string  `json:"probe"`
-	Args  []int64 `json:"args"`
+	Probe string `json:"probe"`
+	Kind  string `json:"kind"`
+	// Args are a USDT probe's arguments, or the first --nargs integer
+	// arguments of a uprobe's function.
+	Args []int64 `json:"args"`
+	// Ret is a uretprobe's return value.
+	Ret *int64 `json:"ret,omitempty"`
 }
 
 // maxHitLog bounds the hits kept for the JSON report.
 const maxHitLog = 100_000
 
-// readHits prints (or, for JSON, collects) hits until rd is closed.
-func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, stdout io.Writer, asJSON bool) []hitRecord {
+// readHits prints (or, for JSON, collects) hits until rd is closed. A hit is
+// count_args.c's struct hit: the site, the USDT argument count, twelve USDT
+// argument values, and seven registers: the six that pass a function's
+// first integer arguments, and the return value's.
+func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, stdout io.Writer, asJSON bool) []hitRecord {
 	var log []hitRecord
 	var rec ringbuf.Record
 	for {
@@ -591,19 +604,32 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, stdout io.Writer, asJ
 			}
 			continue
 		}
-		const size = 8 + 8*usdt.MaxArgs
+		const size = 8 + 8*usdt.MaxArgs + 8*7
 		if len(rec.RawSample) < size {
 			continue
 		}
 		b := rec.RawSample
 		site := binary.NativeEndian.Uint32(b)
-		argc := min(int(int32(binary.NativeEndian.Uint32(b[4:]))), usdt.MaxArgs)
-		h := hitRecord{Args: make([]int64, max(argc, 0))}
-		if int(site) < len(sites) {
-			h.Probe = sites[site].Name
+		if int(site) >= len(sites) {
+			continue
 		}
-		for i := range h.Args {
-			h.Args[i] = int64(binary.NativeEndian.Uint64(b[8+8*i:]))
+		s := sites[site]
+		val := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[8+8*i:])) }
+		h := hitRecord{Probe: s.Name, Kind: s.Probe.Kind.String(), Args: []int64{}}
+		reg := func(i int) int64 { return val(usdt.MaxArgs + i) }
+		switch s.Probe.Kind {
+		case multiprobe.USDT:
+			argc := min(int(int32(binary.NativeEndian.Uint32(b[4:]))), usdt.MaxArgs)
+			for i := range argc {
+				h.Args = append(h.Args, val(i))
+			}
+		case multiprobe.Return:
+			r := reg(6)
+			h.Ret = &r
+		default:
+			for i := range nargs {
+				h.Args = append(h.Args, reg(i))
+			}
 		}
 		if asJSON {
 			if len(log) < maxHitLog {
@@ -612,8 +638,14 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, stdout io.Writer, asJ
 			continue
 		}
 		fmt.Fprintf(stdout, "%s", h.Probe)
+		if h.Kind == multiprobe.Return.String() {
+			fmt.Fprintf(stdout, " returned")
+		}
 		for _, a := range h.Args {
 			fmt.Fprintf(stdout, " %d", a)
+		}
+		if h.Ret != nil {
+			fmt.Fprintf(stdout, " %d", *h.Ret)
 		}
 		fmt.Fprintln(stdout)
 	}

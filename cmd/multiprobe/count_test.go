@@ -103,6 +103,32 @@ func TestCountTable(t *testing.T) {
 	}
 }
 
+// TestCountUprobeArgs prints a uprobe's integer arguments and a
+// uretprobe's return value: the target calls func_00001(arg) with arg 0,
+// 1, 2 and it returns arg*2+1.
+func TestCountUprobeArgs(t *testing.T) {
+	testutil.RequireBPF(t)
+	target := testprogs.PrivateTarget(t, 5)
+	fn := testprogs.FuncName(1)
+	out, errOut, code := execCLI(t, "count", "--args", "--nargs", "1", "uprobe:"+target+":"+fn, "uretprobe:"+target+":"+fn, "--", target, "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for arg := range testprogs.ExpectedCalls(1, 2) {
+		for _, line := range []string{
+			fmt.Sprintf("%s %d\n", fn, arg),
+			fmt.Sprintf("%s returned %d\n", fn, testprogs.ExpectedReturn(1, uint64(arg))),
+		} {
+			if !strings.Contains(out, line) {
+				t.Errorf("output lacks %q:\n%s", line, out)
+			}
+		}
+	}
+	if _, errOut, code := execCLI(t, "count", "--args", "--nargs", "7", "uprobe:"+target+":"+fn); code != 2 {
+		t.Errorf("--nargs 7: exit %d, want 2: %s", code, errOut)
+	}
+}
+
 // TestCountUSDT counts USDT probes and prints their arguments.
 func TestCountUSDT(t *testing.T) {
 	testutil.RequireBPF(t)

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 //
 // The counter behind `multiprobe count --args`: counts per site like
-// count.c and sends every hit's USDT arguments, read with
-// bpf/usdt.bpf.h, to user space through a ring buffer. A uprobe site has
-// no argument spec and reports no arguments.
+// count.c and sends every hit's arguments to user space through a ring
+// buffer: a USDT site's, read with bpf/mp_usdt.bpf.h, and the registers
+// that hold a function's first integer arguments in the C calling
+// convention and its return value. User space, which knows the site's
+// kind, prints the ones that mean something there.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -21,7 +23,33 @@ struct hit {
 	__u32 site;
 	__s32 argc;
 	__s64 args[MP_USDT_MAX_ARGS];
+	__s64 regs[7]; // six arguments, then the return value
 };
+
+// Offsets in struct pt_regs of the argument registers, in order, and of the
+// return value's: x86-64 rdi, rsi, rdx, rcx, r8, r9 and rax; arm64 x0 to x5
+// and x0.
+#if defined(__TARGET_ARCH_x86)
+#define REG_ARG0 112
+#define REG_ARG1 104
+#define REG_ARG2 96
+#define REG_ARG3 88
+#define REG_ARG4 72
+#define REG_ARG5 64
+#define REG_RET 80
+#elif defined(__TARGET_ARCH_arm64)
+#define REG_ARG0 0
+#define REG_ARG1 8
+#define REG_ARG2 16
+#define REG_ARG3 24
+#define REG_ARG4 32
+#define REG_ARG5 40
+#define REG_RET 0
+#else
+#error "count_args.c: no calling convention for this architecture"
+#endif
+
+#define REG(ctx, off) (*(__s64 *)((char *)(ctx) + (off)))
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -54,6 +82,13 @@ int count_args(struct pt_regs *ctx)
 	}
 	h->site = key;
 	h->argc = mp_usdt_arg_cnt(ctx);
+	h->regs[0] = REG(ctx, REG_ARG0);
+	h->regs[1] = REG(ctx, REG_ARG1);
+	h->regs[2] = REG(ctx, REG_ARG2);
+	h->regs[3] = REG(ctx, REG_ARG3);
+	h->regs[4] = REG(ctx, REG_ARG4);
+	h->regs[5] = REG(ctx, REG_ARG5);
+	h->regs[6] = REG(ctx, REG_RET);
 	for (int i = 0; i < MP_USDT_MAX_ARGS; i++) {
 		long v = 0;
 
