@@ -88,16 +88,8 @@ func runList(args []string, stdout, stderr io.Writer) error {
 	var listings []listing
 	switch {
 	case len(pos) > 0 && isProbeSpec(pos[0]):
-		probes, err := multiprobe.ParseProbes(pos...)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		for _, p := range probes {
-			l, err := listProbe(p, pid)
-			if err != nil {
-				return err
-			}
-			listings = append(listings, l)
+		if listings, err = listSpecs(pos, pid, false); err != nil {
+			return err
 		}
 	case pid != 0:
 		patterns := pos
@@ -120,6 +112,28 @@ func runList(args []string, stdout, stderr io.Writer) error {
 		return listJSON(stdout, listings)
 	}
 	return listTable(stdout, listings)
+}
+
+// listSpecs resolves probe specs, their targets looked up in process pid's
+// root if pid is not 0; with usdtOnly, a spec of another kind is a usage
+// error.
+func listSpecs(specs []string, pid int, usdtOnly bool) ([]listing, error) {
+	probes, err := multiprobe.ParseProbes(specs...)
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	var out []listing
+	for _, p := range probes {
+		if usdtOnly && p.Kind != multiprobe.USDT {
+			return nil, usagef("%s is not a usdt: probe (list shows uprobe sites)", p)
+		}
+		l, err := listProbe(p, pid)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 // isProbeSpec reports whether arg starts as a probe spec does, rather than

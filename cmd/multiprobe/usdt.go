@@ -68,19 +68,8 @@ func runUSDT(args []string, stdout, stderr io.Writer) error {
 	var listings []listing
 	switch {
 	case len(pos) > 0 && isProbeSpec(pos[0]):
-		probes, err := multiprobe.ParseProbes(pos...)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		for _, p := range probes {
-			if p.Kind != multiprobe.USDT {
-				return usagef("%s is not a usdt: probe (list shows uprobe sites)", p)
-			}
-			l, err := listProbe(p, pid)
-			if err != nil {
-				return err
-			}
-			listings = append(listings, l)
+		if listings, err = listSpecs(pos, pid, true); err != nil {
+			return err
 		}
 	case pid != 0 && len(pos) <= 1 && (len(pos) == 0 || strings.Contains(pos[0], ":")):
 		pattern := "*:*"
