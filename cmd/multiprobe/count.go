@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -23,8 +22,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe"
-	"github.com/multiprobe/multiprobe/internal/bpfsys"
-	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -100,12 +97,8 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	rawStdout, rawStderr := stdout, stderr
 	stdout, stderr = &syncWriter{w: stdout}, &syncWriter{w: stderr}
 	fs := newFlagSet("count")
-	pid := fs.Int("pid", 0, "count only calls made by the process `PID`")
-	fs.IntVar(pid, "p", 0, "short for --pid")
-	var duration secondsFlag
-	fs.Var(&duration, "duration", "count for this long: `D` as 10s, 1m30s or 2.5 (seconds) (default: until the command exits, or Ctrl-C)")
-	top := fs.Int("top", 0, "show only the `N` sites with the most calls")
-	asJSON := fs.Bool("json", false, "print JSON")
+	var tf traceFlags
+	tf.register(fs, "sites with the most calls")
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
 	withArgs := fs.Bool("args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	nargs := fs.Int("nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the calling convention's registers")
@@ -113,48 +106,22 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if len(specs) == 0 {
-		return usagef("need at least one probe, such as uprobe:/bin/bash:sh_*")
-	}
-	if *pid < 0 {
-		return usagef("--pid %d: want a process id", *pid)
-	}
-	if *pid != 0 && len(command) > 0 {
-		return usagef("--pid and a command exclude each other: the command's pid is used")
+	if err := tf.check(specs, command); err != nil {
+		return err
 	}
 	if *nargs < 0 || *nargs > 6 {
 		return usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", *nargs)
-	}
-	if *top < 0 {
-		return usagef("--top %d: want a positive number of rows", *top)
-	}
-	if command != nil && len(command) == 0 {
-		return usagef(`"--" with no command after it`)
 	}
 	probes, err := multiprobe.ParseProbes(specs...)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	features, err := kernelprobe.Detect()
+	tr, err := newTracer(&tf, command, rawStdout, rawStderr, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	if err := bpfsys.RaiseMemlock(); err != nil {
-		return err
-	}
-	opts := &multiprobe.Options{Features: &features, PID: *pid, Progress: terminalProgress(rawStderr)}
-	var child *stoppedCommand
-	if len(command) > 0 {
-		// The tracer of a ptrace'd child is the thread that started it,
-		// until the child is resumed.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if child, err = startStopped(command, childWriter(rawStdout, stdout), childWriter(rawStderr, stderr), *asJSON); err != nil {
-			return err
-		}
-		defer child.abort()
-		opts.PID = child.cmd.Process.Pid
-	}
+	defer tr.close()
+	opts, features := tr.opts, tr.features
 	// The pid is known before Resolve: the plan decides from it whether
 	// the kernel filters or Prepare gives the program the in-BPF filter.
 	plan, err := multiprobe.Resolve(probes, opts)
@@ -178,7 +145,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		}
 		go func() {
 			defer close(hitsDone)
-			hitLog = readHits(rd, sites, *nargs, stdout, *asJSON)
+			hitLog = readHits(rd, sites, *nargs, stdout, tf.asJSON)
 		}()
 		defer func() {
 			rd.Close()
@@ -198,7 +165,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		defer statsOff.Close()
 	}
 
-	end, err := countUntil(plan, c.prog, child, opts.PID, time.Duration(duration), stderr)
+	end, err := tr.run(plan, c.prog, stderr)
 	if c.stopHits != nil {
 		c.stopHits()
 	}
@@ -246,9 +213,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind))
 	})
-	if *top > 0 && len(report.Counts) > *top {
-		report.Omitted = len(report.Counts) - *top
-		report.Counts = report.Counts[:*top]
+	if tf.top > 0 && len(report.Counts) > tf.top {
+		report.Omitted = len(report.Counts) - tf.top
+		report.Counts = report.Counts[:tf.top]
 	}
 	if *stats {
 		st := end.stats
@@ -265,7 +232,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 			report.HitsDropped = d
 		}
 	}
-	if *asJSON {
+	if tf.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(report); err != nil {
@@ -392,7 +359,7 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 	case pid != 0:
 		exited = processExit(pid)
 	case duration == 0:
-		fmt.Fprintf(stderr, "counting %d sites; Ctrl-C to stop\n", plan.Len())
+		fmt.Fprintf(stderr, "tracing %d sites; Ctrl-C to stop\n", plan.Len())
 	}
 	var deadline <-chan time.Time
 	if duration > 0 {
@@ -408,11 +375,11 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		}
 	case <-deadline:
 		if child != nil {
-			fmt.Fprintf(stderr, "%s still running after %v: ending it; counts so far\n", child.name, duration)
+			fmt.Fprintf(stderr, "%s still running after %v: ending it\n", child.name, duration)
 			child.stop(exited, stderr)
 		}
 	case end.signal = <-sigs:
-		fmt.Fprintf(stderr, "%v: detaching; counts so far\n", end.signal)
+		fmt.Fprintf(stderr, "%v: detaching\n", end.signal)
 		if child != nil {
 			child.stop(exited, stderr)
 		}
@@ -597,6 +564,7 @@ const maxHitLog = 100_000
 func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, stdout io.Writer, asJSON bool) []hitRecord {
 	var log []hitRecord
 	var rec ringbuf.Record
+	var line []byte
 	for {
 		if err := rd.ReadInto(&rec); err != nil {
 			if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
@@ -637,17 +605,19 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, stdout io.
 			}
 			continue
 		}
-		fmt.Fprintf(stdout, "%s", h.Probe)
+		// One write a line: the traced command may write to the same
+		// pipe, and a write this short is not split up.
+		line = append(line[:0], h.Probe...)
 		if h.Kind == multiprobe.Return.String() {
-			fmt.Fprintf(stdout, " returned")
+			line = append(line, " returned"...)
 		}
 		for _, a := range h.Args {
-			fmt.Fprintf(stdout, " %d", a)
+			line = fmt.Appendf(line, " %d", a)
 		}
 		if h.Ret != nil {
-			fmt.Fprintf(stdout, " %d", *h.Ret)
+			line = fmt.Appendf(line, " %d", *h.Ret)
 		}
-		fmt.Fprintln(stdout)
+		stdout.Write(append(line, '\n'))
 	}
 }
 

@@ -5,3 +5,4 @@ package main
 // for byte, which .ci/check-generate verifies.
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I../../bpf" count bpf/count.c
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I../../bpf" countArgs bpf/count_args.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../bpf/include -I../../bpf" latency bpf/latency.c

@@ -171,3 +171,26 @@ func IFuncTarget(tb testing.TB) string {
 func BuildIFuncTarget() (string, error) {
 	return buildCached("ifunc", []unit{{name: "ifunc_target.c", src: ifuncSource}}, []string{"-O1", "-fno-builtin"})
 }
+
+//go:embed c/sleeper.c
+var sleeperSource []byte
+
+// SleeperTarget returns the path of the latency target (c/sleeper.c),
+// built on first use and cached like [Target]: `sleeper N` calls each of
+// its functions, which take known times, N times.
+func SleeperTarget(tb testing.TB) string {
+	tb.Helper()
+	path, err := BuildSleeperTarget()
+	if errors.Is(err, os.ErrNotExist) {
+		testutil.RequireTool(tb, "gcc", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// BuildSleeperTarget is SleeperTarget outside a test.
+func BuildSleeperTarget() (string, error) {
+	return buildCached("sleeper", []unit{{name: "sleeper.c", src: sleeperSource}}, []string{"-O1"})
+}

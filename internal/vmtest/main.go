@@ -92,6 +92,7 @@ func prebuild(dst string, sizes []int) error {
 		one(func() (string, error) { return testprogs.BuildSemaTarget(false) }),
 		one(testprogs.BuildThreadsTarget),
 		one(testprogs.BuildIFuncTarget),
+		one(testprogs.BuildSleeperTarget),
 		func() ([]string, error) {
 			fx, err := testprogs.BuildUSDTFixtures("")
 			return []string{fx.Lib, fx.Exe, fx.ExeO0, fx.ExeNoPIE}, err

@@ -1,0 +1,407 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+func init() {
+	commands["latency"] = &command{
+		usage: "[--pid PID] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
+		short: "per-function latency histograms over many functions at once (root)",
+		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], with globs, as bpftrace
+writes it. Every function it matches gets a log2 histogram of the time from
+its entry to its return, like bcc's funclatency, but over thousands of
+functions with one attach. Functions are listed by the total time spent in
+them, their histograms drawn in the terminal. The command after "--", the
+--pid process, --duration and Ctrl-C work as they do for count.
+
+On Linux 6.13+ each function gets a uprobe session: one program run at entry
+and return, with the start time kept by the kernel. Elsewhere, and on Go
+programs, an entry and a return probe each: the start time waits in a map
+under the process and the stack pointer, so that recursion and threads are
+timed right; returns whose entry was not seen (calls in flight at attach)
+are counted as unmatched.`,
+		examples: []string{
+			"latency 'uprobe:libc.so.6:getaddrinfo,getpwnam' -- getent hosts localhost",
+			"latency --top 5 'uprobe:/bin/bash:*' -- bash -c 'for i in 1 2 3; do echo $i; done'",
+			"latency --pid 1234 --duration 10 --json 'uprobe:/usr/sbin/nginx:ngx_http_*'",
+		},
+		run: runLatency,
+	}
+}
+
+// latencySlots is the number of histogram slots of bpf/latency.c's
+// struct hist (latencyHist): slot i counts durations in [2^i, 2^(i+1)) ns,
+// the last also longer ones.
+const latencySlots = len(latencyHist{}.Slots)
+
+// latencyFunction is one function's row of the report.
+type latencyFunction struct {
+	// Probe is the index of the function's probe spec in
+	// latencyReport.Probes.
+	Probe    int    `json:"probe"`
+	Function string `json:"function"`
+	Path     string `json:"path"`
+	Offset   uint64 `json:"offset"`
+	Calls    uint64 `json:"calls"`
+	TotalNS  uint64 `json:"total_ns"`
+	AvgNS    uint64 `json:"avg_ns"`
+	// Buckets run from the first non-empty slot to the last; each holds
+	// the calls that took from LowNS up to, not including, HighNS (0 for
+	// no bound).
+	Buckets []latencyBucket `json:"buckets"`
+}
+
+type latencyBucket struct {
+	LowNS  uint64 `json:"low_ns"`
+	HighNS uint64 `json:"high_ns"`
+	Count  uint64 `json:"count"`
+}
+
+type latencyReport struct {
+	// Probes are the probe specs as given, which rows name by index.
+	Probes []string `json:"probes"`
+	Kernel string   `json:"kernel"`
+	Path   string   `json:"path"`
+	// Mode is "session" (uprobe sessions) or "pairs" (entry and return
+	// probes).
+	Mode      string        `json:"mode"`
+	Functions int           `json:"functions"`
+	Called    int           `json:"called"`
+	Duration  time.Duration `json:"duration_ns"`
+	// Unmatched are returns whose entry was not seen, in pairs mode.
+	Unmatched uint64 `json:"unmatched"`
+	// Latencies are the functions called, the most total time first: all
+	// of them, or the first --top. Never null.
+	Latencies []latencyFunction `json:"latencies"`
+	Omitted   int               `json:"omitted,omitempty"`
+}
+
+func runLatency(args []string, stdout, stderr io.Writer) error {
+	rawStdout, rawStderr := stdout, stderr
+	stdout, stderr = &syncWriter{w: stdout}, &syncWriter{w: stderr}
+	fs := newFlagSet("latency")
+	var tf traceFlags
+	tf.register(fs, "functions with the most total time")
+	specs, command, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := tf.check(specs, command); err != nil {
+		return err
+	}
+	probes, err := multiprobe.ParseProbes(specs...)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	for _, p := range probes {
+		if p.Kind != multiprobe.Entry {
+			return usagef("%s: latency times functions from their entry: give uprobe:TARGET:PATTERN", p)
+		}
+	}
+	tr, err := newTracer(&tf, command, rawStdout, rawStderr, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer tr.close()
+
+	plan, session, err := resolveLatency(probes, tr.opts)
+	if err != nil {
+		return err
+	}
+	defer plan.Close()
+	lt, err := newLatencyTimer(plan, session)
+	if err != nil {
+		return err
+	}
+	defer lt.coll.Close()
+	end, err := tr.run(plan, lt.prog, stderr)
+	if err != nil {
+		return err
+	}
+	report, err := lt.report(plan, end.elapsed)
+	if err != nil {
+		return err
+	}
+	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
+	if tf.top > 0 && len(report.Latencies) > tf.top {
+		report.Omitted = len(report.Latencies) - tf.top
+		report.Latencies = report.Latencies[:tf.top]
+	}
+	if tf.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(report); err != nil {
+			return err
+		}
+		return end.status()
+	}
+	writeLatency(stdout, &report)
+	return end.status()
+}
+
+// resolveLatency resolves the probes as uprobe sessions where the kernel
+// has them, and as an entry and a return probe each elsewhere. A Go
+// program's functions are never sessions: the kernel's return probe
+// breaks Go's stack walker, so their returns are probed at their return
+// instructions (see multiprobe.Site.Returns), which only the pairs can do.
+func resolveLatency(probes []multiprobe.Probe, opts *multiprobe.Options) (plan *multiprobe.Plan, session bool, err error) {
+	f := opts.Features
+	if f.Path() == kernelprobe.PathUprobeMulti && f.UprobeSession {
+		o := *opts
+		o.Session = true
+		plan, err = multiprobe.Resolve(probes, &o)
+		if !errors.Is(err, multiprobe.ErrGoReturn) {
+			return plan, true, err
+		}
+	}
+	pairs := slices.Clone(probes)
+	for _, p := range probes {
+		p.Kind = multiprobe.Return
+		pairs = append(pairs, p)
+	}
+	plan, err = multiprobe.Resolve(pairs, opts)
+	return plan, false, err
+}
+
+// latencyTimer is the loaded bpf/latency.c and what its maps mean.
+type latencyTimer struct {
+	coll    *ebpf.Collection
+	prog    *ebpf.Program
+	session bool
+	// fns are the functions: one per entry site, in the plan's order.
+	fns []multiprobe.Site
+}
+
+// newLatencyTimer loads one of latency.c's programs for the plan and fills in
+// its sites map: each site's function, and at a return how to find the
+// entry's stack pointer.
+func newLatencyTimer(plan *multiprobe.Plan, session bool) (*latencyTimer, error) {
+	spec, err := loadLatency()
+	if err != nil {
+		return nil, err
+	}
+	// Only the program used is loaded: the session one calls kfuncs that
+	// kernels before 6.13 do not have.
+	name := "latency_pair"
+	if session {
+		name = "latency_session"
+	}
+	for n := range spec.Programs {
+		if n != name {
+			delete(spec.Programs, n)
+		}
+	}
+	if err := plan.Prepare(spec); err != nil {
+		return nil, err
+	}
+	lt := &latencyTimer{session: session}
+	sites := plan.Sites()
+	entries := make([]latencySite, len(sites))
+	// A function's entry and return sites share its symbol's address, not
+	// always their offsets: a Go function's entry is probed after its
+	// stack check.
+	type fnKey struct {
+		path string
+		addr uint64
+	}
+	key := func(s multiprobe.Site) fnKey { return fnKey{s.Path, s.Symbol.Address} }
+	row := map[fnKey]uint32{}
+	var entryOf []int // the entry site of each function
+	for i, s := range sites {
+		if s.Probe.Kind == multiprobe.Entry {
+			row[key(s)] = uint32(len(lt.fns))
+			entries[i].Fn = uint32(len(lt.fns))
+			entryOf = append(entryOf, i)
+			lt.fns = append(lt.fns, s)
+		}
+	}
+	for i, s := range sites {
+		if s.Probe.Kind != multiprobe.Return {
+			continue
+		}
+		fn, ok := row[key(s)]
+		if !ok {
+			return nil, fmt.Errorf("latency: return site %s in %s at %#x has no entry site", s.Name, s.Path, s.Offset)
+		}
+		entries[i] = latencySite{Fn: fn, IsReturn: 1, SpGain: returnSPGain(s)}
+		if s.Returns != nil {
+			// A Go function: time both ends by goroutine.
+			entries[i].Go = 1
+			entries[entryOf[fn]].Go = 1
+		}
+	}
+	spec.Maps["sites"].MaxEntries = uint32(max(len(sites), 1))
+	spec.Maps["hists"].MaxEntries = uint32(max(len(lt.fns), 1))
+	if lt.coll, err = ebpf.NewCollection(spec); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("loading the latency program: %w (run as root, or with CAP_BPF and CAP_PERFMON)", err)
+		}
+		return nil, fmt.Errorf("loading the latency program: %w", err)
+	}
+	lt.prog = lt.coll.Programs[name]
+	keys := make([]uint32, len(entries))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if len(entries) > 0 {
+		if _, err := lt.coll.Maps["sites"].BatchUpdate(keys, entries, nil); err != nil {
+			// Batch operations on arrays need Linux 5.6.
+			for i := range entries {
+				if err := lt.coll.Maps["sites"].Put(keys[i], entries[i]); err != nil {
+					lt.coll.Close()
+					return nil, fmt.Errorf("latency: filling in the sites: %w", err)
+				}
+			}
+		}
+	}
+	return lt, nil
+}
+
+// returnSPGain is how much higher the stack pointer is where the return
+// probe of s runs than it was at the function's entry probe. The kernel's
+// return probe runs after the return instruction: on x86-64 that popped the
+// return address the call pushed, 8 bytes; on arm64 the return address was
+// in the link register, so nothing. A Go function's return is probed at
+// its return instruction, before the pop, and its entry after the stack
+// check, before the frame is made (elfsym.MovedGoStackCheck): the same
+// stack pointer on both architectures.
+func returnSPGain(s multiprobe.Site) uint16 {
+	if s.Returns != nil || runtime.GOARCH != "amd64" {
+		return 0
+	}
+	return 8
+}
+
+// report reads the histograms.
+func (lt *latencyTimer) report(plan *multiprobe.Plan, elapsed time.Duration) (latencyReport, error) {
+	r := latencyReport{Mode: "pairs", Functions: len(lt.fns), Duration: elapsed, Latencies: []latencyFunction{}}
+	if lt.session {
+		r.Mode = "session"
+	}
+	probeIndex := map[*multiprobe.Probe]int{}
+	for _, s := range lt.fns {
+		if _, ok := probeIndex[s.Probe]; !ok {
+			probeIndex[s.Probe] = len(r.Probes)
+			r.Probes = append(r.Probes, s.Probe.String())
+		}
+	}
+	if err := lt.coll.Maps["unmatched"].Lookup(uint32(0), &r.Unmatched); err != nil {
+		return r, fmt.Errorf("latency: reading the unmatched returns: %w", err)
+	}
+	hists := lt.coll.Maps["hists"]
+	for i, s := range lt.fns {
+		var h latencyHist
+		if err := hists.Lookup(uint32(i), &h); err != nil {
+			return r, fmt.Errorf("latency: reading the histogram of %s: %w", s.Name, err)
+		}
+		if h.Count == 0 {
+			continue
+		}
+		r.Called++
+		r.Latencies = append(r.Latencies, latencyFunction{
+			Probe: probeIndex[s.Probe], Function: s.Name, Path: s.Path, Offset: s.Offset,
+			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(&h),
+		})
+	}
+	slices.SortStableFunc(r.Latencies, func(a, b latencyFunction) int {
+		return cmp.Or(cmp.Compare(b.TotalNS, a.TotalNS), cmp.Compare(a.Function, b.Function))
+	})
+	return r, nil
+}
+
+// buckets returns h's slots from the first non-empty one to the last.
+func buckets(h *latencyHist) []latencyBucket {
+	first, last := -1, -1
+	for i, n := range h.Slots {
+		if n > 0 {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	var out []latencyBucket
+	for i := first; i >= 0 && i <= last; i++ {
+		b := latencyBucket{LowNS: 1 << i, HighNS: 1 << (i + 1), Count: h.Slots[i]}
+		if i == 0 {
+			b.LowNS = 0
+		}
+		if i == latencySlots-1 {
+			b.HighNS = 0
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// histWidth is the width of a histogram's longest bar.
+const histWidth = 40
+
+// writeLatency draws the report's histograms, as bcc's funclatency does,
+// with the bounds in the unit that suits them.
+func writeLatency(w io.Writer, r *latencyReport) {
+	for _, f := range r.Latencies {
+		fmt.Fprintf(w, "%s  %d %s, avg %s, total %s\n", f.Function, f.Calls, plural(int(min(f.Calls, 2)), "call", "calls"),
+			shortDuration(f.AvgNS), shortDuration(f.TotalNS))
+		var most uint64
+		for _, b := range f.Buckets {
+			most = max(most, b.Count)
+		}
+		countWidth := max(len("COUNT"), len(fmt.Sprint(most)))
+		fmt.Fprintf(w, "  %21s  %*s  %s\n", "TIME", countWidth, "COUNT", "DISTRIBUTION")
+		for _, b := range f.Buckets {
+			high := "..."
+			if b.HighNS != 0 {
+				high = shortDuration(b.HighNS) + ")"
+			}
+			bar := int((b.Count*histWidth + most - 1) / most)
+			fmt.Fprintf(w, "  [%8s, %-9s  %*d  |%-*s|\n", shortDuration(b.LowNS), high, countWidth, b.Count, histWidth, strings.Repeat("*", bar))
+		}
+		fmt.Fprintln(w)
+	}
+	if r.Omitted > 0 {
+		fmt.Fprintf(w, "(%d more %s called, left out by --top)\n", r.Omitted, plural(r.Omitted, "function", "functions"))
+	}
+	fmt.Fprintf(w, "%d of %d %s called in %v (%s, %s)\n", r.Called, r.Functions, plural(r.Functions, "function", "functions"),
+		r.Duration.Round(time.Millisecond), r.Path, r.Mode)
+	if r.Unmatched > 0 {
+		fmt.Fprintf(w, "%d %s not timed: the call began before the probes were attached\n", r.Unmatched, plural(int(min(r.Unmatched, 2)), "return was", "returns were"))
+	}
+}
+
+// shortDuration formats ns in three significant digits or fewer, in ASCII:
+// 512ns, 1.05us, 16.8ms, 2.15s.
+func shortDuration(ns uint64) string {
+	units := []struct {
+		name string
+		div  float64
+	}{{"s", 1e9}, {"ms", 1e6}, {"us", 1e3}}
+	for _, u := range units {
+		if float64(ns) >= u.div {
+			v := float64(ns) / u.div
+			switch {
+			case v >= 100:
+				return fmt.Sprintf("%.0f%s", v, u.name)
+			case v >= 10:
+				return fmt.Sprintf("%.1f%s", v, u.name)
+			}
+			return fmt.Sprintf("%.2f%s", v, u.name)
+		}
+	}
+	return fmt.Sprintf("%dns", ns)
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+// latencyJSON runs latency --json with args and decodes its report.
+func latencyJSON(t *testing.T, args ...string) latencyReport {
+	t.Helper()
+	out, errOut, code := execCLI(t, append([]string{"latency", "--json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("latency %q: exit %d: %s", args, code, errOut)
+	}
+	var r latencyReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return r
+}
+
+// TestLatency times the functions of a target that sleep known times, on
+// each attach path, and checks that every call is timed once and that each
+// function's histogram has its mass in the slot of its sleep.
+func TestLatency(t *testing.T) {
+	testutil.RequireBPF(t)
+	target := testprogs.SleeperTarget(t)
+	const n = 4
+	// slot -1: everything below 1 ms (2^20 ns).
+	want := map[string]struct {
+		calls uint64
+		slot  int
+	}{
+		"nap_3ms":    {n, 21},
+		"nap_12ms":   {n, 23},
+		"no_nap":     {n, -1},
+		"nap_nested": {3 * n, 21}, // recursion: three frames in flight
+	}
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ force, mode string }{
+		{"", "session"},
+		{"nosession", "pairs"},
+		{"fallback", "pairs"},
+		{"nocookie", "pairs"},
+	} {
+		t.Run(tc.mode+"/"+tc.force, func(t *testing.T) {
+			t.Setenv(kernelprobe.ForceEnv, tc.force)
+			mode := tc.mode
+			if tc.force == "" && (f.Path() != kernelprobe.PathUprobeMulti || !f.UprobeSession) {
+				mode = "pairs"
+			}
+			r := latencyJSON(t, "uprobe:"+target+":nap_*,no_nap", "--", target, fmt.Sprint(n))
+			if r.Mode != mode || r.Functions != len(want) || r.Called != len(want) || r.Unmatched != 0 {
+				t.Errorf("mode %s, %d of %d functions called, %d unmatched; want %s, %d of %d, 0",
+					r.Mode, r.Called, r.Functions, r.Unmatched, mode, len(want), len(want))
+			}
+			for _, l := range r.Latencies {
+				w, ok := want[l.Function]
+				if !ok {
+					t.Errorf("unexpected function %s", l.Function)
+					continue
+				}
+				var sum, inSlot uint64
+				for _, b := range l.Buckets {
+					sum += b.Count
+					if w.slot < 0 && b.HighNS != 0 && b.HighNS <= 1<<20 || b.LowNS == 1<<w.slot {
+						inSlot += b.Count
+					}
+				}
+				if l.Calls != w.calls || sum != w.calls {
+					t.Errorf("%s: %d calls, %d in the buckets; want %d", l.Function, l.Calls, sum, w.calls)
+				}
+				// A noisy machine may delay a wake-up into the next slot
+				// now and then, but not most of them.
+				if inSlot*4 < w.calls*3 {
+					t.Errorf("%s: %d of %d calls in slot %d: %+v", l.Function, inSlot, w.calls, w.slot, l.Buckets)
+				}
+			}
+		})
+	}
+}
+
+// TestLatencyGo times the Go target's functions, whose returns are probed
+// at their return instructions: Deep recurses on goroutine stacks that grow
+// (and move) while its frames are in flight, Pair returns from two places,
+// Panicky's panicking calls never return.
+func TestLatencyGo(t *testing.T) {
+	testutil.RequireBPF(t)
+	target := testprogs.GoTarget(t, false)
+	const goroutines, depth, n = 3, 300, 20
+	r := latencyJSON(t, "uprobe:"+target+":main.Deep,main.Pair,main.Leaf,main.Panicky", "--", target, fmt.Sprint(goroutines), fmt.Sprint(depth), fmt.Sprint(n))
+	if r.Mode != "pairs" || r.Unmatched != 0 {
+		t.Errorf("mode %s, %d unmatched; want pairs, 0", r.Mode, r.Unmatched)
+	}
+	want := map[string]uint64{
+		"main.Deep":    goroutines * (depth + 1),
+		"main.Pair":    n,
+		"main.Leaf":    n,
+		"main.Panicky": n - n/10,
+	}
+	got := map[string]uint64{}
+	for _, l := range r.Latencies {
+		got[l.Function] = l.Calls
+	}
+	for fn, calls := range want {
+		if got[fn] != calls {
+			t.Errorf("%s: %d calls timed, want %d", fn, got[fn], calls)
+		}
+	}
+}
+
+// TestLatencyText checks the drawn histograms and the usage errors.
+func TestLatencyText(t *testing.T) {
+	testutil.RequireBPF(t)
+	target := testprogs.SleeperTarget(t)
+	out, errOut, code := execCLI(t, "latency", "--top", "1", "uprobe:"+target+":nap_3ms,nap_12ms", "--", target, "2")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, s := range []string{
+		"nap_12ms  2 calls, avg ",
+		"TIME  COUNT  DISTRIBUTION\n",
+		"[  8.39ms, 16.8ms)",
+		"|****************************************|\n",
+		"(1 more function called, left out by --top)\n",
+		"2 of 2 functions called in ",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q:\n%s", s, out)
+		}
+	}
+	if strings.Contains(out, "nap_3ms") {
+		t.Errorf("--top 1 printed nap_3ms:\n%s", out)
+	}
+	for _, args := range [][]string{
+		{"uretprobe:" + target + ":nap_3ms"},
+		{"usdt:" + target + ":a:b"},
+		{},
+		{"--top", "-1", "uprobe:" + target + ":nap_3ms"},
+	} {
+		if _, errOut, code := execCLI(t, append([]string{"latency"}, args...)...); code != 2 {
+			t.Errorf("latency %q: exit %d, want 2: %s", args, code, errOut)
+		}
+	}
+}
