@@ -221,7 +221,10 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
 		}
 		offs := pp.offsets()
-		fk := fileKind{of.real, p.Kind.attachAs()}
+		// By kind, not by the link the sites attach through: a USDT
+		// probe and a uprobe at one offset are two sites, two cookies
+		// (see semaphores).
+		fk := fileKind{of.real, p.Kind}
 		seen := sets[fk]
 		if seen == nil && len(earlier[fk]) > 0 {
 			seen = map[uint64]bool{}
@@ -375,6 +378,7 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 	index := map[*openFile]int{}
 	cookie := uint64(0)
 	nusdt := 0
+	semaphores := pl.semaphores()
 	for i := range pl.probes {
 		pp := &pl.probes[i]
 		offs := pp.offsets()
@@ -393,7 +397,7 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 			targets = append(targets, target.Target{Path: pp.file.path, File: pp.file.f})
 		}
 		t := &targets[ti]
-		if pp.keep == nil && t.Offsets == nil && pp.sel != nil && pp.rets == nil {
+		if pp.keep == nil && t.Offsets == nil && pp.sel != nil && pp.rets == nil && semaphores[pp.file] == nil {
 			// Clipped, so that a later probe of this file appends to
 			// a copy rather than into the Selection's array.
 			t.Offsets = slices.Clip(offs)
@@ -411,7 +415,10 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 			if pp.keep != nil && !pp.keep[j] {
 				continue
 			}
-			c, rc, name := cookie, uint64(0), ""
+			c, rc, name := cookie, semaphores[pp.file][off], ""
+			if pp.rets != nil {
+				rc = 0 // probed at its returns, not at off
+			}
 			if pp.sel == nil {
 				s := &pp.usdt[j]
 				c, rc, name = usdtCookie(nusdt, cookie), s.RefCtrOffset, s.Name
@@ -438,6 +445,36 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 		}
 	}
 	return targets
+}
+
+// semaphores are the USDT semaphores of the plan's USDT sites, by file and
+// offset. The kernel keeps one probe per file and offset, with one
+// ref-counter offset, and refuses a second probe there with another: a
+// function whose first instruction is a USDT probe's (a function that
+// only fires it) could not have a uprobe or uretprobe beside the USDT
+// probe. Sites at such an offset share the USDT site's semaphore instead,
+// which the USDT probe's attachment holds up anyway.
+func (pl *Plan) semaphores() map[*openFile]map[uint64]uint64 {
+	if !pl.usdt {
+		return nil
+	}
+	var m map[*openFile]map[uint64]uint64
+	for i := range pl.probes {
+		pp := &pl.probes[i]
+		for _, s := range pp.usdt {
+			if s.RefCtrOffset == 0 {
+				continue
+			}
+			if m == nil {
+				m = map[*openFile]map[uint64]uint64{}
+			}
+			if m[pp.file] == nil {
+				m[pp.file] = map[uint64]uint64{}
+			}
+			m[pp.file][s.Offset] = s.RefCtrOffset
+		}
+	}
+	return m
 }
 
 // attachAs is the kind of link a probe's sites attach through: USDT sites

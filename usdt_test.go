@@ -50,7 +50,9 @@ func startUSDT(t *testing.T, target string, n int) *testprogs.Proc {
 }
 
 // TestCombinations attaches entry, return and USDT probes, the same
-// function's entry and return among them, in one attach, on every attach
+// function's entry and return among them, and a function's entry and return
+// at the offset of the USDT probe it fires (which must share the probe's
+// semaphore), in one attach, on every attach
 // path this kernel has (uprobe_multi, per-site perf events with cookies,
 // and without cookies), filtering by no pid, one pid and a pid set. Three
 // processes run the target; per site, the hits and the USDT arguments that
@@ -82,6 +84,9 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 		"uretprobe:" + target + ":report",
 		"usdt:" + target + ":mp:tick",
 		"usdt:" + target + ":mp:guarded",
+		"uprobe:" + target + ":named",
+		"uretprobe:" + target + ":named",
+		"usdt:" + target + ":mp:named",
 	}
 	inlined := f.Path() == kernelprobe.PathUprobeMulti // 50 more sites: slow per site
 	if inlined {
@@ -132,7 +137,7 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 	}
 
 	sites := l.Sites()
-	wantSites := 4
+	wantSites := 7
 	if inlined {
 		wantSites += testprogs.USDTInlinedSites
 	}
@@ -153,9 +158,16 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 			t.Errorf("%s %s: cookie %d at index %d", s.Probe.Kind, s.Name, s.Cookie, i)
 		}
 		var want [4]int64 // hits, argc, sum0, sum1
+		// mp_usdt_arg_cnt is -ESRCH at a site that is not a USDT probe's.
+		const noSpec = -3
 		switch s.Name {
 		case "report":
-			want = [4]int64{k, 0, 0, 0}
+			want = [4]int64{k, k * noSpec, 0, 0}
+		case "named":
+			want = [4]int64{k * int64(n), k * int64(n) * noSpec, 0, 0}
+		case "mp:named":
+			// arg1 is a pointer, which ASLR moves from process to process.
+			want = [4]int64{k * int64(n), k * 2 * int64(n), k * sumI, sum1[i]}
 		case "mp:tick":
 			want = [4]int64{k * int64(n), k * 2 * int64(n), k * sumI, k * -3 * sumI}
 		case "mp:guarded":

@@ -102,6 +102,10 @@ MP__USDT_INLINE struct mp_usdt_spec *mp__usdt_spec(void *ctx)
 {
 	unsigned int id = mp__usdt_cookie64(ctx) >> 32;
 
+	/* Spec ids start at 1: 0 is a site that is not a USDT probe's, such
+	 * as a uprobe's attached by the same program. */
+	if (!id)
+		return 0;
 	return mp__map_lookup_elem(&mp_usdt_specs, &id);
 }
 

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,7 +28,7 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--args [--nargs N]] PROBE... [-- CMD ARGS...]",
+		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
 		short: "count calls per function through one uprobe_multi link per binary (root)",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
 or usdt:TARGET:PROVIDER:NAME, with globs, as bpftrace writes them. With a
@@ -40,7 +41,8 @@ own, which is slower to attach, but counts the same.`,
 		examples: []string{
 			"count 'uprobe:/bin/bash:sh_*' -- bash -c 'echo hi'",
 			"count --pid 1234 --duration 10s 'uprobe:libc.so.6:malloc,free,calloc'",
-			"count --args 'usdt:/usr/bin/python3.11:python:function__entry' -- python3.11 -c 'pass'",
+			"count --args --str 0,1 'usdt:/usr/bin/python3.11:python:function__entry' -- python3.11 -c 'pass'",
+			"count --args --str 0,ret 'uprobe:libc:getenv' 'uretprobe:libc:getenv' -- ls",
 			"count --json --stats 'uprobe:libc.so.6:str*' -- ls /",
 		},
 		run: runCount,
@@ -102,6 +104,8 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
 	withArgs := fs.Bool("args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	nargs := fs.Int("nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the calling convention's registers")
+	var strs strArgs
+	fs.Var(&strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
 	specs, command, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -111,6 +115,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	}
 	if *nargs < 0 || *nargs > 6 {
 		return usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", *nargs)
+	}
+	if len(strs) > 0 && !*withArgs {
+		return usagef("--str prints arguments: give --args too")
 	}
 	probes, err := multiprobe.ParseProbes(specs...)
 	if err != nil {
@@ -129,7 +136,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer plan.Close()
-	c, err := loadCounter(plan, *withArgs)
+	c, err := loadCounter(plan, *withArgs, strs)
 	if err != nil {
 		return err
 	}
@@ -145,7 +152,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		}
 		go func() {
 			defer close(hitsDone)
-			hitLog = readHits(rd, sites, *nargs, stdout, tf.asJSON)
+			hitLog = readHits(rd, sites, *nargs, strs, stdout, tf.asJSON)
 		}()
 		defer func() {
 			rd.Close()
@@ -514,7 +521,7 @@ type counter struct {
 	stopHits              func()
 }
 
-func loadCounter(plan *multiprobe.Plan, withArgs bool) (*counter, error) {
+func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, error) {
 	load := loadCount
 	if withArgs {
 		load = loadCountArgs
@@ -522,6 +529,13 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool) (*counter, error) {
 	spec, err := load()
 	if err != nil {
 		return nil, err
+	}
+	if withArgs {
+		sel := [maxStrArgs]uint32{strNone, strNone, strNone}
+		copy(sel[:], strs)
+		if err := spec.Variables["str_arg"].Set(sel); err != nil {
+			return nil, fmt.Errorf("--str: %w", err)
+		}
 	}
 	if err := plan.Prepare(spec); err != nil {
 		return nil, err
@@ -552,6 +566,49 @@ type hitRecord struct {
 	Args []int64 `json:"args"`
 	// Ret is a uretprobe's return value.
 	Ret *int64 `json:"ret,omitempty"`
+	// Strings are the --str arguments read as C strings, under "arg0",
+	// "arg1", ... and "ret"; one that could not be read is left out.
+	Strings map[string]string `json:"strings,omitempty"`
+}
+
+// strArgs are the arguments --str reads as strings: argument numbers, and
+// strRet for the return value, as count_args.c's str_arg takes them.
+type strArgs []uint32
+
+const (
+	maxStrArgs = 3    // count_args.c's STR_MAX
+	maxStrLen  = 128  // STR_LEN
+	strRet     = 6    // regs[6], the return value
+	strNone    = 0xff // STR_NONE
+)
+
+func (s *strArgs) String() string { return fmt.Sprint(*s) }
+
+func (s *strArgs) Set(v string) error {
+	for w := range strings.SplitSeq(v, ",") {
+		n, err := strconv.ParseUint(strings.TrimPrefix(w, "arg"), 10, 32)
+		switch {
+		case w == "ret":
+			n = strRet
+		case err != nil || n >= usdt.MaxArgs:
+			return fmt.Errorf("%q: want argument numbers from 0 to %d, or ret", w, usdt.MaxArgs-1)
+		}
+		if !slices.Contains(*s, uint32(n)) {
+			*s = append(*s, uint32(n))
+		}
+	}
+	if len(*s) > maxStrArgs {
+		return fmt.Errorf("%q: at most %d strings", v, maxStrArgs)
+	}
+	return nil
+}
+
+// name is how the JSON report names argument n.
+func (s strArgs) name(n uint32) string {
+	if n == strRet {
+		return "ret"
+	}
+	return fmt.Sprintf("arg%d", n)
 }
 
 // maxHitLog bounds the hits kept for the JSON report.
@@ -559,9 +616,23 @@ const maxHitLog = 100_000
 
 // readHits prints (or, for JSON, collects) hits until rd is closed. A hit is
 // count_args.c's struct hit: the site, the USDT argument count, twelve USDT
-// argument values, and seven registers: the six that pass a function's
-// first integer arguments, and the return value's.
-func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, stdout io.Writer, asJSON bool) []hitRecord {
+// argument values, seven registers (the six that pass a function's first
+// integer arguments, and the return value's), then the --str strings, each
+// after what reading it returned.
+func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, strs strArgs, stdout io.Writer, asJSON bool) []hitRecord {
+	const (
+		argsAt    = 8
+		regsAt    = argsAt + 8*usdt.MaxArgs
+		strLensAt = regsAt + 8*7
+		strsAt    = strLensAt + 4*maxStrArgs + 4
+		size      = strsAt + maxStrArgs*maxStrLen
+	)
+	// A uprobe prints its first nargs arguments, and any --str asks for.
+	for _, n := range strs {
+		if n < strRet {
+			nargs = max(nargs, int(n)+1)
+		}
+	}
 	var log []hitRecord
 	var rec ringbuf.Record
 	var line []byte
@@ -572,19 +643,18 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, stdout io.
 			}
 			continue
 		}
-		const size = 8 + 8*usdt.MaxArgs + 8*7
-		if len(rec.RawSample) < size {
+		b := rec.RawSample
+		if len(b) < size {
 			continue
 		}
-		b := rec.RawSample
 		site := binary.NativeEndian.Uint32(b)
 		if int(site) >= len(sites) {
 			continue
 		}
 		s := sites[site]
-		val := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[8+8*i:])) }
+		val := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[argsAt+8*i:])) }
+		reg := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[regsAt+8*i:])) }
 		h := hitRecord{Probe: s.Name, Kind: s.Probe.Kind.String(), Args: []int64{}}
-		reg := func(i int) int64 { return val(usdt.MaxArgs + i) }
 		switch s.Probe.Kind {
 		case multiprobe.USDT:
 			argc := min(int(int32(binary.NativeEndian.Uint32(b[4:]))), usdt.MaxArgs)
@@ -592,12 +662,29 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, stdout io.
 				h.Args = append(h.Args, val(i))
 			}
 		case multiprobe.Return:
-			r := reg(6)
+			r := reg(strRet)
 			h.Ret = &r
 		default:
 			for i := range nargs {
 				h.Args = append(h.Args, reg(i))
 			}
+		}
+		// The strings that mean something at this kind of site: a
+		// return's value, another's arguments.
+		str := map[uint32]string{}
+		for i, n := range strs {
+			if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) {
+				continue
+			}
+			l := int32(binary.NativeEndian.Uint32(b[strLensAt+4*i:]))
+			if l <= 0 || l > maxStrLen {
+				continue // not readable there: the number is printed
+			}
+			str[n] = string(b[strsAt+maxStrLen*i:][:l-1])
+			if h.Strings == nil {
+				h.Strings = map[string]string{}
+			}
+			h.Strings[strs.name(n)] = str[n]
 		}
 		if asJSON {
 			if len(log) < maxHitLog {
@@ -608,14 +695,20 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, stdout io.
 		// One write a line: the traced command may write to the same
 		// pipe, and a write this short is not split up.
 		line = append(line[:0], h.Probe...)
-		if h.Kind == multiprobe.Return.String() {
-			line = append(line, " returned"...)
-		}
-		for _, a := range h.Args {
-			line = fmt.Appendf(line, " %d", a)
-		}
 		if h.Ret != nil {
-			line = fmt.Appendf(line, " %d", *h.Ret)
+			line = append(line, " returned"...)
+			if v, ok := str[strRet]; ok {
+				line = strconv.AppendQuote(append(line, ' '), v)
+			} else {
+				line = fmt.Appendf(line, " %d", *h.Ret)
+			}
+		}
+		for i, a := range h.Args {
+			if v, ok := str[uint32(i)]; ok {
+				line = strconv.AppendQuote(append(line, ' '), v)
+			} else {
+				line = fmt.Appendf(line, " %d", a)
+			}
 		}
 		stdout.Write(append(line, '\n'))
 	}

@@ -148,6 +148,58 @@ func TestCountUSDT(t *testing.T) {
 	}
 }
 
+// TestCountStrings prints arguments as C strings with --str: a USDT
+// probe's, a uprobe's and a uretprobe's return value. The target calls
+// named(i, name_of(i)), which fires mp:named(i, name), with the names
+// alpha, beta, gamma in turn.
+func TestCountStrings(t *testing.T) {
+	testutil.RequireBPF(t)
+	target := testprogs.USDTTarget(t)
+	probes := []string{"usdt:" + target + ":mp:named", "uprobe:" + target + ":named", "uretprobe:" + target + ":name_of"}
+	args := append(append([]string{"count", "--args", "--str", "1,ret"}, probes...), "--", target, "3")
+	out, errOut, code := execCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for i, name := range []string{"alpha", "beta", "gamma"} {
+		for _, line := range []string{
+			fmt.Sprintf("mp:named %d %q\n", i, name),
+			fmt.Sprintf("named %d %q 0\n", i, name), // --nargs 3: the third is 0
+			fmt.Sprintf("name_of returned %q\n", name),
+		} {
+			if !strings.Contains(out, line) {
+				t.Errorf("output lacks %q:\n%s", line, out)
+			}
+		}
+	}
+
+	args = append(append([]string{"count", "--json", "--args", "--nargs", "1", "--str", "arg1,ret"}, probes...), "--", target, "1")
+	out, errOut, code = execCLI(t, args...)
+	var r countReport
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v: %s%s", code, err, out, errOut)
+	}
+	got := map[string]string{}
+	for _, h := range r.Hits {
+		got[h.Kind] = fmt.Sprint(h.Strings)
+	}
+	want := map[string]string{"usdt": "map[arg1:alpha]", "uprobe": "map[arg1:alpha]", "uretprobe": "map[ret:alpha]"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("strings per kind %v, want %v", got, want)
+	}
+
+	for _, bad := range [][]string{
+		{"--str", "1", probes[0]},                   // without --args
+		{"--args", "--str", "x", probes[0]},         // not a number
+		{"--args", "--str", "12", probes[0]},        // past the last USDT argument
+		{"--args", "--str", "0,1,2,ret", probes[0]}, // more than 3
+	} {
+		if _, errOut, code := execCLI(t, append([]string{"count"}, bad...)...); code != 2 {
+			t.Errorf("count %q: exit %d, want 2: %s", bad, code, errOut)
+		}
+	}
+}
+
 func TestUSDTList(t *testing.T) {
 	target := testprogs.USDTTarget(t)
 	tests := []struct {

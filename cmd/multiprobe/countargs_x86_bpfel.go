@@ -40,6 +40,7 @@ const (
 	countArgsProgCountArgs    = "count_args"
 	countArgsVarMpCookieFixed = "mp_cookie_fixed"
 	countArgsVarMpCookieValue = "mp_cookie_value"
+	countArgsVarStrArg        = "str_arg"
 )
 
 // loadCountArgs returns the embedded CollectionSpec for countArgs.
@@ -103,6 +104,7 @@ type countArgsMapSpecs struct {
 type countArgsVariableSpecs struct {
 	MpCookieFixed *ebpf.VariableSpec `ebpf:"mp_cookie_fixed"`
 	MpCookieValue *ebpf.VariableSpec `ebpf:"mp_cookie_value"`
+	StrArg        *ebpf.VariableSpec `ebpf:"str_arg"`
 }
 
 // countArgsObjects contains all objects after they have been loaded into the kernel.
@@ -146,6 +148,7 @@ func (m *countArgsMaps) Close() error {
 type countArgsVariables struct {
 	MpCookieFixed *ebpf.Variable `ebpf:"mp_cookie_fixed"`
 	MpCookieValue *ebpf.Variable `ebpf:"mp_cookie_value"`
+	StrArg        *ebpf.Variable `ebpf:"str_arg"`
 }
 
 // countArgsPrograms contains all programs after they have been loaded into the kernel.

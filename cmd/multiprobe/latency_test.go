@@ -69,20 +69,29 @@ func TestLatency(t *testing.T) {
 					t.Errorf("unexpected function %s", l.Function)
 					continue
 				}
-				var sum, inSlot uint64
+				// A sleep is a floor: no call can be faster. A busy
+				// machine (or an emulated one: the arm64 guest runs under
+				// TCG) can make one slower, into the next slot now and
+				// then, but not most of them further.
+				var sum, below, near uint64
 				for _, b := range l.Buckets {
 					sum += b.Count
-					if w.slot < 0 && b.HighNS != 0 && b.HighNS <= 1<<20 || b.LowNS == 1<<w.slot {
-						inSlot += b.Count
+					switch {
+					case w.slot < 0:
+						if b.HighNS != 0 && b.HighNS <= 1<<20 {
+							near += b.Count
+						}
+					case b.LowNS < 1<<w.slot:
+						below += b.Count
+					case b.LowNS <= 1<<(w.slot+1):
+						near += b.Count
 					}
 				}
 				if l.Calls != w.calls || sum != w.calls {
 					t.Errorf("%s: %d calls, %d in the buckets; want %d", l.Function, l.Calls, sum, w.calls)
 				}
-				// A noisy machine may delay a wake-up into the next slot
-				// now and then, but not most of them.
-				if inSlot*4 < w.calls*3 {
-					t.Errorf("%s: %d of %d calls in slot %d: %+v", l.Function, inSlot, w.calls, w.slot, l.Buckets)
+				if below > 0 || near*4 < w.calls*3 {
+					t.Errorf("%s: %d calls below slot %d, %d of %d in it or the next: %+v", l.Function, below, w.slot, near, w.calls, l.Buckets)
 				}
 			}
 		})

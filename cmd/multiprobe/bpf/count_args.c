@@ -4,8 +4,9 @@
 // count.c and sends every hit's arguments to user space through a ring
 // buffer: a USDT site's, read with bpf/mp_usdt.bpf.h, and the registers
 // that hold a function's first integer arguments in the C calling
-// convention and its return value. User space, which knows the site's
-// kind, prints the ones that mean something there.
+// convention and its return value, and up to STR_MAX of them read as C
+// strings (--str). User space, which knows the site's kind, prints the
+// ones that mean something there.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -19,12 +20,26 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
+#define STR_MAX 3
+#define STR_LEN 128
+
 struct hit {
 	__u32 site;
 	__s32 argc;
 	__s64 args[MP_USDT_MAX_ARGS];
 	__s64 regs[7]; // six arguments, then the return value
+	// What bpf_probe_read_user_str returned for each string: its length
+	// with the NUL, or a negative errno.
+	__s32 str_len[STR_MAX];
+	__u32 pad;
+	char str[STR_MAX][STR_LEN];
 };
+
+// The arguments to read as strings, set by the CLI before loading: at a
+// USDT site an index into args, elsewhere into regs (6, the return value,
+// at a return); STR_NONE for none.
+#define STR_NONE 0xff
+const volatile __u32 str_arg[STR_MAX] = {STR_NONE, STR_NONE, STR_NONE};
 
 // Offsets in struct pt_regs of the argument registers, in order, and of the
 // return value's: x86-64 rdi, rsi, rdx, rcx, r8, r9 and rax; arm64 x0 to x5
@@ -94,6 +109,19 @@ int count_args(struct pt_regs *ctx)
 
 		mp_usdt_arg(ctx, i, &v);
 		h->args[i] = v;
+	}
+	for (int i = 0; i < STR_MAX; i++) {
+		__u32 n = str_arg[i];
+		__s64 addr;
+
+		h->str_len[i] = 0;
+		if (h->argc >= 0 && n < MP_USDT_MAX_ARGS)
+			addr = h->args[n];
+		else if (h->argc < 0 && n < 7)
+			addr = h->regs[n];
+		else
+			continue;
+		h->str_len[i] = bpf_probe_read_user_str(h->str[i], STR_LEN, (void *)addr);
 	}
 	bpf_ringbuf_submit(h, 0);
 	return 0;

@@ -2,6 +2,9 @@
  *   mp:tick(i, -3*i)           N times, i = 0..N-1 (long, int)
  *   mp:guarded(i)              N times, only while its semaphore is set
  *   mp:inlined(i)              at 50 inlined call sites, once each per round
+ *   mp:named(i, name)          N times, name "alpha", "beta", "gamma", ... in
+ *                              turn (long, const char *), from named(i, name),
+ *                              with name from name_of(i): C strings for --str
  * then prints "done GUARDED" with how many times the guarded probe fired,
  * through report(), a function called once after the wait for entry and
  * return probes.
@@ -18,6 +21,13 @@
 SEMAPHORE(tick);
 SEMAPHORE(guarded);
 SEMAPHORE(inlined);
+SEMAPHORE(named);
+
+static const char *const names[] = {"alpha", "beta", "gamma"};
+
+__attribute__((noipa)) const char *name_of(long i) { return names[i % 3]; }
+
+__attribute__((noipa)) void named(long i, const char *name) { DTRACE_PROBE2(mp, named, i, name); }
 
 static inline __attribute__((always_inline)) void inlined(long i) { DTRACE_PROBE1(mp, inlined, i); }
 
@@ -56,6 +66,7 @@ int main(int argc, char **argv)
 			DTRACE_PROBE1(mp, guarded, i);
 			guarded++;
 		}
+		named(i, name_of(i));
 	}
 	round_inlined(n);
 	report(guarded);
