@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -103,7 +105,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	tf.register(fs, "sites with the most calls")
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
 	withArgs := fs.Bool("args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
-	nargs := fs.Int("nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the calling convention's registers")
+	nargs := fs.Int("nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
 	var strs strArgs
 	fs.Var(&strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
 	specs, command, err := parseFlags(fs, args)
@@ -614,16 +616,40 @@ func (s strArgs) name(n uint32) string {
 // maxHitLog bounds the hits kept for the JSON report.
 const maxHitLog = 100_000
 
+// cArgRegs and goArgRegs are the indexes into a hit's registers of a
+// function's first six integer arguments: in the C calling convention, and
+// in Go's (ABIInternal: RAX, RBX, RCX, RDI, RSI, R8 on x86-64, the same
+// registers as C's on arm64). A Go program's strings are a pointer and a
+// length, not C strings: --str prints numbers there.
+var cArgRegs, goArgRegs = []int{0, 1, 2, 3, 4, 5}, func() []int {
+	if runtime.GOARCH == "amd64" {
+		return []int{6, 7, 3, 0, 1, 4}
+	}
+	return []int{0, 1, 2, 3, 4, 5}
+}()
+
+// isGoProgram reports whether path is a Go program. A C function linked
+// into one (cgo) is taken for Go's too.
+func isGoProgram(path string) bool {
+	f, err := elfsym.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return f.IsGo()
+}
+
 // readHits prints (or, for JSON, collects) hits until rd is closed. A hit is
 // count_args.c's struct hit: the site, the USDT argument count, twelve USDT
-// argument values, seven registers (the six that pass a function's first
-// integer arguments, and the return value's), then the --str strings, each
+// argument values, eight registers (the six that pass a C function's first
+// integer arguments, the return value's, and one more a Go function's
+// arguments use), then the --str strings, each
 // after what reading it returned.
 func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, strs strArgs, stdout io.Writer, asJSON bool) []hitRecord {
 	const (
 		argsAt    = 8
 		regsAt    = argsAt + 8*usdt.MaxArgs
-		strLensAt = regsAt + 8*7
+		strLensAt = regsAt + 8*8
 		strsAt    = strLensAt + 4*maxStrArgs + 4
 		size      = strsAt + maxStrArgs*maxStrLen
 	)
@@ -631,6 +657,12 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, strs strAr
 	for _, n := range strs {
 		if n < strRet {
 			nargs = max(nargs, int(n)+1)
+		}
+	}
+	goFile := map[string]bool{}
+	for _, s := range sites {
+		if _, ok := goFile[s.Path]; !ok && s.Probe.Kind == multiprobe.Entry {
+			goFile[s.Path] = isGoProgram(s.Path)
 		}
 	}
 	var log []hitRecord
@@ -665,15 +697,19 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, strs strAr
 			r := reg(strRet)
 			h.Ret = &r
 		default:
-			for i := range nargs {
-				h.Args = append(h.Args, reg(i))
+			regs := cArgRegs
+			if goFile[s.Path] {
+				regs = goArgRegs
+			}
+			for _, r := range regs[:nargs] {
+				h.Args = append(h.Args, reg(r))
 			}
 		}
 		// The strings that mean something at this kind of site: a
 		// return's value, another's arguments.
 		str := map[uint32]string{}
 		for i, n := range strs {
-			if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) {
+			if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) || goFile[s.Path] {
 				continue
 			}
 			l := int32(binary.NativeEndian.Uint32(b[strLensAt+4*i:]))

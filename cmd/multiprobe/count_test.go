@@ -129,6 +129,27 @@ func TestCountUprobeArgs(t *testing.T) {
 	}
 }
 
+// TestCountGoArgs prints a Go function's arguments from the registers of
+// Go's calling convention, and its result: the Go target calls Leaf(i) for
+// i from 0, and Leaf returns i*2+1.
+func TestCountGoArgs(t *testing.T) {
+	testutil.RequireBPF(t)
+	target := testprogs.GoTarget(t, false)
+	out, errOut, code := execCLI(t, "count", "--args", "--nargs", "2", "uprobe:"+target+":main.Leaf", "uretprobe:"+target+":main.Leaf", "--", target, "1", "1", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for i := range 3 {
+		// The second register holds whatever it held: only the first
+		// is Leaf's.
+		for _, line := range []string{fmt.Sprintf("main.Leaf %d ", i), fmt.Sprintf("main.Leaf returned %d\n", 2*i+1)} {
+			if !strings.Contains(out, line) {
+				t.Errorf("output lacks %q:\n%s", line, out)
+			}
+		}
+	}
+}
+
 // TestCountUSDT counts USDT probes and prints their arguments.
 func TestCountUSDT(t *testing.T) {
 	testutil.RequireBPF(t)

@@ -27,7 +27,10 @@ struct hit {
 	__u32 site;
 	__s32 argc;
 	__s64 args[MP_USDT_MAX_ARGS];
-	__s64 regs[7]; // six arguments, then the return value
+	// Six arguments, the return value, and on x86-64 RBX, which with the
+	// others passes a Go function's first six arguments (Go's ABIInternal:
+	// RAX, RBX, RCX, RDI, RSI, R8); arm64's Go passes them as C does.
+	__s64 regs[8];
 	// What bpf_probe_read_user_str returned for each string: its length
 	// with the NUL, or a negative errno.
 	__s32 str_len[STR_MAX];
@@ -52,6 +55,7 @@ const volatile __u32 str_arg[STR_MAX] = {STR_NONE, STR_NONE, STR_NONE};
 #define REG_ARG4 72
 #define REG_ARG5 64
 #define REG_RET 80
+#define REG_EXTRA 40 // rbx
 #elif defined(__TARGET_ARCH_arm64)
 #define REG_ARG0 0
 #define REG_ARG1 8
@@ -60,6 +64,7 @@ const volatile __u32 str_arg[STR_MAX] = {STR_NONE, STR_NONE, STR_NONE};
 #define REG_ARG4 32
 #define REG_ARG5 40
 #define REG_RET 0
+#define REG_EXTRA 48 // x6
 #else
 #error "count_args.c: no calling convention for this architecture"
 #endif
@@ -104,6 +109,7 @@ int count_args(struct pt_regs *ctx)
 	h->regs[4] = REG(ctx, REG_ARG4);
 	h->regs[5] = REG(ctx, REG_ARG5);
 	h->regs[6] = REG(ctx, REG_RET);
+	h->regs[7] = REG(ctx, REG_EXTRA);
 	for (int i = 0; i < MP_USDT_MAX_ARGS; i++) {
 		long v = 0;
 
