@@ -250,6 +250,10 @@ func listJSON(w io.Writer, listings []listing) error {
 	return writeJSON(w, out)
 }
 
+// maxAliases is how many of a site's aliases the table shows; JSON has
+// them all.
+const maxAliases = 5
+
 func listTable(w io.Writer, listings []listing) error {
 	// Buffered: the tabwriter writes each cell on its own, thousands of
 	// write calls for a long listing.
@@ -269,18 +273,31 @@ func listTable(w io.Writer, listings []listing) error {
 		if grouped {
 			fmt.Fprintf(bw, "%s (%s):\n", l.path, l.kind)
 		}
+		// The name comes last, with the aliases and the note after it,
+		// unpadded: a tabwriter pads every row to its widest cell, and
+		// a C++ name runs to hundreds of characters, a folded function's
+		// aliases to tens of thousands (node's widest listing was 2.6 GB
+		// with these columns padded).
 		tw := tabwriter.NewWriter(bw, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tOFFSET\tSIZE\tTYPE\tBIND\tALIASES\tNOTE")
+		fmt.Fprintln(tw, "OFFSET\tSIZE\tTYPE\tBIND\tNAME")
 		for _, s := range l.sites {
 			name := s.Name
 			if s.Version != "" && !strings.Contains(name, "@") {
 				name += "@@" + s.Version
 			}
-			note := s.Moved
-			if s.Moved == elfsym.MovedGoStackCheck {
-				note = fmt.Sprintf("symbol at %#x; probed %s", s.SymbolOffset, s.Moved)
+			if n := len(s.Aliases); n > 0 {
+				name += "  aliases: " + strings.Join(s.Aliases[:min(n, maxAliases)], ",")
+				if n > maxAliases {
+					name += fmt.Sprintf(" and %d more", n-maxAliases)
+				}
 			}
-			fmt.Fprintf(tw, "%s\t%#x\t%d\t%s\t%s\t%s\t%s\n", name, s.Offset, s.Size, symType(s), symBind(s), strings.Join(s.Aliases, ","), note)
+			switch {
+			case s.Moved == elfsym.MovedGoStackCheck:
+				name += fmt.Sprintf("  note: symbol at %#x; probed %s", s.SymbolOffset, s.Moved)
+			case s.Moved != "":
+				name += "  note: " + s.Moved
+			}
+			fmt.Fprintf(tw, "%#x\t%d\t%s\t%s\t%s\n", s.Offset, s.Size, symType(s), symBind(s), name)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
