@@ -185,7 +185,7 @@ func TestCountStrings(t *testing.T) {
 	for i, name := range []string{"alpha", "beta", "gamma"} {
 		for _, line := range []string{
 			fmt.Sprintf("mp:named %d %q\n", i, name),
-			fmt.Sprintf("named %d %q 0\n", i, name), // --nargs 3: the third is 0
+			fmt.Sprintf("named %d %q ", i, name), // --nargs 3: the third is what x2 or rdx held
 			fmt.Sprintf("name_of returned %q\n", name),
 		} {
 			if !strings.Contains(out, line) {
