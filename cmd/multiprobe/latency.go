@@ -32,9 +32,10 @@ them, their histograms drawn in the terminal. The command after "--", the
 On Linux 6.13+ each function gets a uprobe session: one program run at entry
 and return, with the start time kept by the kernel. Elsewhere, and on Go
 programs, an entry and a return probe each: the start time waits in a map
-under the process and the stack pointer, so that recursion and threads are
-timed right; returns whose entry was not seen (calls in flight at attach)
-are counted as unmatched.`,
+under the frame (the stack pointer, or for Go the goroutine and the depth
+in its stack), so that recursion, threads and goroutines are timed right;
+returns whose entry was not seen (calls already running at attach) are
+counted as unmatched.`,
 		examples: []string{
 			"latency 'uprobe:libc.so.6:getaddrinfo,getpwnam' -- getent hosts localhost",
 			"latency --top 5 'uprobe:/bin/bash:*' -- bash -c 'for i in 1 2 3; do echo $i; done'",
@@ -380,7 +381,8 @@ func writeLatency(w io.Writer, r *latencyReport) {
 	fmt.Fprintf(w, "%d of %d %s called in %v (%s, %s)\n", r.Called, r.Functions, plural(r.Functions, "function", "functions"),
 		r.Duration.Round(time.Millisecond), r.Path, r.Mode)
 	if r.Unmatched > 0 {
-		fmt.Fprintf(w, "%d %s not timed: the call began before the probes were attached\n", r.Unmatched, plural(int(min(r.Unmatched, 2)), "return was", "returns were"))
+		fmt.Fprintf(w, "%d %s not timed: %s entry was not seen (a call already running at attach)\n",
+			r.Unmatched, plural(int(min(r.Unmatched, 2)), "return was", "returns were"), plural(int(min(r.Unmatched, 2)), "its", "their"))
 	}
 }
 

@@ -91,8 +91,12 @@ func printUsage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-7s %s\n", n, commands[n].short)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, commands[n].short)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "A probe is a spec as bpftrace writes one: uprobe:BINARY:FUNCTIONS,")
