@@ -37,7 +37,7 @@ in its stack), so that recursion, threads and goroutines are timed right;
 returns whose entry was not seen (calls already running at attach) are
 counted as unmatched.`,
 		examples: []string{
-			"latency 'uprobe:libc.so.6:getaddrinfo,getpwnam' -- getent hosts localhost",
+			"latency 'uprobe:libc:getaddrinfo,_nss_*' -- getent ahosts localhost",
 			"latency --top 5 'uprobe:/bin/bash:*' -- bash -c 'for i in 1 2 3; do echo $i; done'",
 			"latency --pid 1234 --duration 10 --json 'uprobe:/usr/sbin/nginx:ngx_http_*'",
 		},
