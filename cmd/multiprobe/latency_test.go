@@ -31,7 +31,7 @@ func latencyJSON(t *testing.T, args ...string) latencyReport {
 func TestLatency(t *testing.T) {
 	testutil.RequireBPF(t)
 	target := testprogs.SleeperTarget(t)
-	const n = 4
+	const n = 6
 	// slot -1: everything below 1 ms (2^20 ns).
 	want := map[string]struct {
 		calls uint64
@@ -69,7 +69,7 @@ func TestLatency(t *testing.T) {
 					t.Errorf("unexpected function %s", l.Function)
 					continue
 				}
-				// A sleep is a floor: no call can be faster. A busy
+				// A spin is a floor: no call can be faster. A busy
 				// machine (or an emulated one: the arm64 guest runs under
 				// TCG) can make one slower, into the next slot now and
 				// then, but not most of them further.

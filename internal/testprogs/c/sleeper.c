@@ -1,23 +1,33 @@
 // A target whose functions take known times, for latency histograms:
 // `sleeper N` calls each function N times, then prints "done". A duration
-// in [2^i, 2^(i+1)) ns falls in slot i of a log2 histogram; the sleeps sit
-// well inside their slots, so that timer slack and a noisy machine do not
-// move them:
+// in [2^i, 2^(i+1)) ns falls in slot i of a log2 histogram; the times sit
+// well inside their slots. The functions spin on the monotonic clock
+// rather than sleep: a guest kernel's timers can be coarse (a 3 ms
+// nanosleep took 8 to 16 ms in the 6.1 test VM), and a spin never ends
+// early and ends late only when the thread is preempted:
 //
 //	nap_3ms      3 ms, slot 21 ([2.10 ms, 4.19 ms))
 //	nap_12ms    12 ms, slot 23 ([8.39 ms, 16.8 ms))
-//	no_nap       no sleep: the probes' own cost, far below 1 ms
+//	no_nap       no spin: the probes' own cost, far below 1 ms
 //	nap_nested   calls itself twice (3 frames in flight), the innermost
-//	             sleeps 3 ms: each of the 3 calls takes about 3 ms
+//	             spins 3 ms: each of the 3 calls takes about 3 ms
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
+static long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static void nap(long us)
 {
-	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+	long long end = now_ns() + us * 1000LL;
 
-	while (nanosleep(&ts, &ts))
+	while (now_ns() < end)
 		;
 }
 
