@@ -20,6 +20,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // paths returns the attach paths to test on this kernel: its own, checked
@@ -27,7 +28,7 @@ import (
 // that is uprobe_multi, the per-site fallback forced.
 func paths(t *testing.T) []kernelprobe.Features {
 	t.Helper()
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	native, forced := nativeAndPerfEvent(t)
 	testutil.ExpectPath(t, native.Path().String())
 	out := []kernelprobe.Features{native}
@@ -149,7 +150,7 @@ func TestManySites(t *testing.T) {
 		n, calls := sitesFor(f, 10_000, 100), 2
 		target := testprogs.PrivateTarget(t, n)
 		c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*"}, []string{"uretprobe:" + target + ":func_*"})
-		before := testutil.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
+		before := probetest.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
 
 		l, err := plans[0].Attach(c.CountEntry)
 		if err != nil {
@@ -389,7 +390,7 @@ func testNothingLeftOnFailure(t *testing.T, f kernelprobe.Features) {
 				// through perf events: there is no wrong path.
 				testutil.RequireKernelFeature(t, native.UprobeMulti, "uprobe_multi")
 			}
-			before := testutil.TakeSnapshot(t, c.CountEntry, wrong.CountEntry)
+			before := probetest.TakeSnapshot(t, c.CountEntry, wrong.CountEntry)
 			tt.before()
 			l, err := tt.plan.Attach(tt.prog)
 			if err == nil {

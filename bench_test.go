@@ -7,12 +7,12 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/probetest"
 
 	"github.com/cilium/ebpf/link"
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
@@ -26,7 +26,7 @@ import (
 //	go test -run='^$' -bench='Attach/sites=(1000|10000|100000)/impl=(multiprobe|cilium-multi)' -count=10 . | tee /tmp/a.txt
 //	benchstat -col /impl /tmp/a.txt
 func BenchmarkAttach(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	c, err := testprogs.LoadCounter(kernelprobe.PathUprobeMulti)
 	if err != nil {
 		b.Fatal(err)
@@ -121,7 +121,7 @@ func BenchmarkAttach(b *testing.B) {
 // are built only when asked for: mp-sites-ms is the first Link.Sites call,
 // apart from the attach, as cilium's attach returns no names.
 func BenchmarkAttachRatio(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	c, err := testprogs.LoadCounter(kernelprobe.PathUprobeMulti)
 	if err != nil {
 		b.Fatal(err)
@@ -254,7 +254,7 @@ func benchTarget(b *testing.B, n int) (target string, names []string, probes []m
 //
 //	go test -run='^$' -bench=Clones -benchtime=1x -count=5 . | tee /tmp/c.txt; benchstat -col /cookies /tmp/c.txt
 func BenchmarkClones(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	native, perf := nativeAndPerfEvent(b)
 	noCookies := perf
 	noCookies.Cookies = false

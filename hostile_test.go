@@ -18,7 +18,7 @@ import (
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/fallback"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -358,7 +358,7 @@ func TestClonesLeaveNothing(t *testing.T) {
 	noCookies.UprobeMulti, noCookies.UprobeMultiPIDFilter, noCookies.UprobeSession, noCookies.Cookies = false, false, false, false
 	target := testprogs.PrivateTarget(t, n)
 	cnt, plans := setup(t, noCookies, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*", "uretprobe:" + target + ":func_*"})
-	before := testutil.TakeSnapshot(t, cnt.CountEntry)
+	before := probetest.TakeSnapshot(t, cnt.CountEntry)
 	// Room for 4n more descriptors and the slack fds.Ensure asks for
 	// when the clones are made (each and its BTF, then a perf event and
 	// a link per site); not for the return sites' after them.

@@ -61,6 +61,17 @@ type Site struct {
 	args *usdtArgs // a USDT site's decoded arguments
 }
 
+// String returns the site as a bpftrace probe names it, with its own name
+// for the pattern: "uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc",
+// "usdt:/usr/bin/python3:python:line".
+func (s Site) String() string {
+	kind := "uprobe"
+	if s.Probe != nil {
+		kind = s.Probe.Kind.String()
+	}
+	return kind + ":" + s.Path + ":" + s.Name
+}
+
 // Options are given once, to Resolve, and hold for the plan's Prepare and
 // Attach. A nil *Options is the zero value.
 type Options struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // BenchmarkSoak resolves, attaches and closes the same probes over and
@@ -29,7 +30,7 @@ import (
 // program records for one run of the target, so that a soak that broke
 // attaching does not pass for a clean one.
 func BenchmarkSoak(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	native, perf := nativeAndPerfEvent(b)
 	for _, c := range []struct {
 		f     kernelprobe.Features
@@ -123,7 +124,7 @@ func soakState(b *testing.B, c *testprogs.Counter) soak {
 	}
 	return soak{
 		fds:   fds,
-		links: len(testutil.ProgramLinks(b, c.CountEntry)),
+		links: len(probetest.ProgramLinks(b, c.CountEntry)),
 		heap:  int(ms.HeapAlloc),
 		rss:   pages * os.Getpagesize(),
 	}

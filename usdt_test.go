@@ -11,6 +11,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -19,7 +20,7 @@ import (
 // the perf-event path, cookies off the per-site clones).
 func combinationPaths(t *testing.T) map[string]kernelprobe.Features {
 	t.Helper()
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	native, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +110,7 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	before := testutil.TakeSnapshot(t, c.CountUSDT)
+	before := probetest.TakeSnapshot(t, c.CountUSDT)
 	l, err := pl.Attach(c.CountUSDT)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,7 +25,7 @@ import (
 // offsets.
 func setup(t *testing.T, n int) (string, []uint64, *testprogs.Counter) {
 	t.Helper()
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func names(n int) []string {
 func TestUprobeMultiCounts(t *testing.T) {
 	const n, calls = 10_000, 2
 	path, offsets, c := setup(t, n)
-	before := testutil.TakeSnapshot(t, c.CountEntry)
+	before := probetest.TakeSnapshot(t, c.CountEntry)
 
 	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets, Names: names(n)}}, nil)
 	if err != nil {
@@ -75,7 +76,7 @@ func TestUprobeMultiCounts(t *testing.T) {
 	if l.FDs() != 1 || l.Sites() != n {
 		t.Errorf("FDs() = %d, Sites() = %d; want 1, %d", l.FDs(), l.Sites(), n)
 	}
-	attached := testutil.TakeSnapshot(t, c.CountEntry)
+	attached := probetest.TakeSnapshot(t, c.CountEntry)
 	if attached.FDs != before.FDs+1 || len(attached.Links) != len(before.Links)+1 {
 		t.Errorf("attaching %d sites took %d fds and %d kernel links, want 1 and 1",
 			n, attached.FDs-before.FDs, len(attached.Links)-len(before.Links))
@@ -244,7 +245,7 @@ func TestSeveralTargetsAndCookies(t *testing.T) {
 	const n, calls = 300, 1
 	pathA, offsets, c := setup(t, n)
 	pathB := testprogs.PrivateTarget(t, n) // same content, another inode
-	before := testutil.TakeSnapshot(t, c.CountEntry)
+	before := probetest.TakeSnapshot(t, c.CountEntry)
 
 	// A gets the default cookies 0…n-1, B continues with n…2n-1; C's are
 	// given, reversed, in the upper half of the arrays.
@@ -261,7 +262,7 @@ func TestSeveralTargetsAndCookies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.FDs() != 3 || testutil.TakeSnapshot(t, c.CountEntry).FDs != before.FDs+3 {
+	if l.FDs() != 3 || probetest.TakeSnapshot(t, c.CountEntry).FDs != before.FDs+3 {
 		t.Errorf("3 binaries: FDs() = %d, want 3 (one per binary)", l.FDs())
 	}
 	run(t, pathB, n, calls)
@@ -285,7 +286,7 @@ func TestSplit(t *testing.T) {
 	path, offsets, c := setup(t, n)
 	defer func(old int) { sitesPerLink = old }(sitesPerLink)
 	sitesPerLink = 300
-	before := testutil.TakeSnapshot(t, c.CountEntry)
+	before := probetest.TakeSnapshot(t, c.CountEntry)
 
 	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, nil)
 	if err != nil {
@@ -443,7 +444,7 @@ func TestFailuresLeaveNothing(t *testing.T) {
 			if prog == nil {
 				prog = c.CountEntry
 			}
-			before := testutil.TakeSnapshot(t, prog)
+			before := probetest.TakeSnapshot(t, prog)
 			l, err := UprobeMulti(prog, tc.targets, tc.opts)
 			if err == nil {
 				l.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // BenchmarkUprobeMulti attaches and detaches one program at n sites of one
@@ -17,9 +18,9 @@ import (
 // symbol table, as a one-shot user pays) and by address. It reports the
 // attach and detach halves and the fds a link holds.
 func BenchmarkUprobeMulti(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	if f, err := kernelprobe.Detect(); err != nil || !f.UprobeMulti {
-		testutil.Unavailable(b, "no uprobe_multi: %v %v", f, err)
+		probetest.Unavailable(b, "no uprobe_multi: %v %v", f, err)
 	}
 	c, err := testprogs.LoadCounter(kernelprobe.PathUprobeMulti)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // fixtures are the C and Go programs the tests resolve symbols in, built once
@@ -189,7 +190,7 @@ func mappedBytes(t *testing.T, path string) func(vaddr uint64, n int) []byte {
 	bias := base - firstVaddr
 	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
 	if err != nil {
-		testutil.Unavailable(t, "reading process memory: %v", err)
+		probetest.Unavailable(t, "reading process memory: %v", err)
 	}
 	t.Cleanup(func() { mem.Close() })
 	return func(vaddr uint64, n int) []byte {

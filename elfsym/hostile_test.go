@@ -12,6 +12,7 @@ import (
 
 	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -23,7 +24,7 @@ import (
 // host's.
 func TestProcRootConfined(t *testing.T) {
 	if os.Geteuid() != 0 {
-		testutil.Unavailable(t, "chroot needs root")
+		probetest.Unavailable(t, "chroot needs root")
 	}
 	host, err := exec.LookPath("sleep")
 	if err != nil {

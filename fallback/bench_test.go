@@ -7,8 +7,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // BenchmarkFallback attaches and detaches n per-site uprobes, with Uprobes
@@ -18,7 +18,7 @@ import (
 //	go test -run '^$' -bench 'Fallback/.*/sites=100$' -benchtime 3x -count 6 ./fallback
 //	go test -run '^$' -bench 'Fallback/.*/sites=1000$' -benchtime 1x -count 1 ./fallback
 func BenchmarkFallback(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	c, err := testprogs.LoadCounter(kernelprobe.PathPerfEvent)
 	if err != nil {
 		b.Fatal(err)
@@ -70,7 +70,7 @@ func BenchmarkFallback(b *testing.B) {
 //
 //	go test -run '^$' -bench 'Close' -benchtime 3x -count 6 ./fallback
 func BenchmarkClose(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	c, err := testprogs.LoadCounter(kernelprobe.PathPerfEvent)
 	if err != nil {
 		b.Fatal(err)

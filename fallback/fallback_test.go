@@ -18,6 +18,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,7 +28,7 @@ import (
 // TestUprobes attaches entry probes to every function of a generated target
 // and return probes to some, and checks what the BPF programs counted.
 func TestUprobes(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	// Default cookies tell the sites apart; kernels without them get a
 	// program per site (TestPerSitePrograms).
 	testutil.RequireKernelFeature(t, features(t, nil).Cookies, "BPF cookies")
@@ -42,7 +43,7 @@ func TestUprobes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	snap := testutil.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
+	snap := probetest.TakeSnapshot(t, c.CountEntry, c.RecordReturn)
 
 	// Two targets on one binary, to check that default cookies continue
 	// from one target to the next.
@@ -76,7 +77,7 @@ func TestUprobes(t *testing.T) {
 	if want := snap.FDs + 2*(n+nret); fds != want {
 		t.Errorf("%d fds open while attached, want %d", fds, want)
 	}
-	if links := testutil.ProgramLinks(t, c.CountEntry, c.RecordReturn); len(links) != n+nret {
+	if links := probetest.ProgramLinks(t, c.CountEntry, c.RecordReturn); len(links) != n+nret {
 		t.Errorf("kernel has %d links of the programs, want %d", len(links), n+nret)
 	}
 
@@ -139,7 +140,7 @@ func TestUprobes(t *testing.T) {
 // TestRefCtr checks that a site's ref counter (a USDT semaphore) is raised
 // while it is attached and back to 0 after.
 func TestRefCtr(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	path := buildSema(t, "pie")
 	c := loadCookieCounter(t)
 	p := testprogs.Start(t, path)
@@ -183,13 +184,13 @@ func TestRefCtr(t *testing.T) {
 // different ref counter at an offset that has one) and checks that
 // nothing stays attached.
 func TestAllOrNothing(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	path := buildSema(t, "pie")
 	c := loadCookieCounter(t)
 	p := testprogs.Start(t, path)
 	fns := semaFuncs(t, path)
 	sema, sema2 := symOffset(t, path, "mp_sema"), symOffset(t, path, "mp_sema2")
-	snap := testutil.TakeSnapshot(t, c.prog)
+	snap := probetest.TakeSnapshot(t, c.prog)
 
 	_, err := Uprobes(c.prog, []attach.Target{{
 		Path:          path,
@@ -221,7 +222,7 @@ func TestAllOrNothing(t *testing.T) {
 // cookie. On such a kernel nothing else tells the sites apart: the kernel
 // cookie below is 0 for all (Features say there are none).
 func TestPerSitePrograms(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	noCookies := features(t, func(f *kernelprobe.Features) { f.UprobeMulti, f.Cookies = false, false })
 	for _, kind := range []string{"nopie", "pie"} {
 		t.Run(kind, func(t *testing.T) {
@@ -231,7 +232,7 @@ func TestPerSitePrograms(t *testing.T) {
 			entryCookies, retCookies := []uint64{7, 8, 9}, []uint64{10, 11, 12}
 			entryProgs, retProgs := c.clones(t, entryCookies), c.clones(t, retCookies)
 			p := testprogs.Start(t, path)
-			snap := testutil.TakeSnapshot(t, slices.Concat(entryProgs, retProgs)...)
+			snap := probetest.TakeSnapshot(t, slices.Concat(entryProgs, retProgs)...)
 			entry, err := Uprobes(nil, []attach.Target{{Path: path, Offsets: fns, Cookies: entryCookies}},
 				&Options{Features: noCookies, Programs: entryProgs})
 			if err != nil {
@@ -277,7 +278,7 @@ func TestPerSitePrograms(t *testing.T) {
 // the hard limit in a child process, since lowering it cannot be undone
 // without CAP_SYS_RESOURCE.
 func TestFDBudget(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	path := buildSema(t, "nopie")
 	c := loadCookieCounter(t)
 	var orig unix.Rlimit
@@ -293,7 +294,7 @@ func TestFDBudget(t *testing.T) {
 		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
 			t.Fatal(err)
 		}
-		snap := testutil.TakeSnapshot(t, c.prog)
+		snap := probetest.TakeSnapshot(t, c.prog)
 		_, err := Uprobes(c.prog, target, nil)
 		if !errors.Is(err, ErrFDBudget) || !strings.Contains(err.Error(), "need 6 file descriptors") {
 			t.Errorf("low hard limit: %v, want ErrFDBudget saying 6 are needed", err)
@@ -333,7 +334,7 @@ const fdChildEnv = "MULTIPROBE_FALLBACK_FD_CHILD"
 
 // TestInvalid checks the errors that come before anything is attached.
 func TestInvalid(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	path := buildSema(t, "nopie")
 	c := loadCookieCounter(t)
 	fns := semaFuncs(t, path)
@@ -380,7 +381,7 @@ func TestInvalid(t *testing.T) {
 				f, _ := kernelprobe.Detect()
 				testutil.RequireKernelFeature(t, f.UprobeMulti, "uprobe_multi")
 			}
-			snap := testutil.TakeSnapshot(t, c.prog)
+			snap := probetest.TakeSnapshot(t, c.prog)
 			l, err := Uprobes(tc.prog, tc.targets, tc.opts)
 			if err == nil {
 				l.Close()
@@ -398,7 +399,7 @@ func TestInvalid(t *testing.T) {
 // each phase reported once with every site, never two calls at once, and
 // the attach phase over before the detach phase starts.
 func TestProgress(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	const n = 20
 	path := testprogs.PrivateTarget(t, n)
 	offs, err := testprogs.TargetOffsets(path, n)

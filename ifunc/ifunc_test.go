@@ -13,14 +13,14 @@ import (
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // TestResolveLibc resolves three of glibc's IFUNCs and checks each against
 // the implementation the loader chose in a running program: the address
 // its GOT holds, less where libc is mapped there.
 func TestResolveLibc(t *testing.T) {
-	testutil.RequireRoot(t) // ptrace of a child needs no root, but Yama may say otherwise
+	probetest.RequireRoot(t) // ptrace of a child needs no root, but Yama may say otherwise
 	target := testprogs.IFuncTarget(t)
 	libc, err := elfsym.LookPath("libc.so.6")
 	if err != nil {

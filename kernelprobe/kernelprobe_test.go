@@ -1,4 +1,4 @@
-package kernelprobe
+package kernelprobe_test
 
 import (
 	"errors"
@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/internal/testutil"
@@ -42,11 +45,11 @@ func kernelAtLeast(t *testing.T, major, minor int) bool {
 }
 
 func TestDetect(t *testing.T) {
-	testutil.RequireBPF(t)
-	t.Setenv(ForceEnv, "")
-	resetForTest()
+	probetest.RequireBPF(t)
+	t.Setenv(kernelprobe.ForceEnv, "")
+	kernelprobe.ResetForTest()
 
-	f, err := Detect()
+	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +75,7 @@ func TestDetect(t *testing.T) {
 			t.Errorf("%s = %v on %s, want %v (since %d.%d)", c.name, c.got, f.Release, want, c.major, c.minor)
 		}
 	}
-	if want := PathUprobeMulti; kernelAtLeast(t, 6, 6) && f.Path() != want {
+	if want := kernelprobe.PathUprobeMulti; kernelAtLeast(t, 6, 6) && f.Path() != want {
 		t.Errorf("Path() = %v, want %v", f.Path(), want)
 	}
 	checkStatedFeatures(t, f)
@@ -81,45 +84,45 @@ func TestDetect(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			g, err := Detect()
+			g, err := kernelprobe.Detect()
 			if err != nil || g != f {
-				t.Errorf("cached Detect() = %+v, %v; want %+v", g, err, f)
+				t.Errorf("cached kernelprobe.Detect() = %+v, %v; want %+v", g, err, f)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-func all() Features {
-	return Features{Release: "6.18.0", UprobeMulti: true, UprobeMultiPIDFilter: true, Cookies: true,
+func all() kernelprobe.Features {
+	return kernelprobe.Features{Release: "6.18.0", UprobeMulti: true, UprobeMultiPIDFilter: true, Cookies: true,
 		RefCtrOffset: true, UprobeSession: true, UprobePMU: true}
 }
 
 func TestParseForce(t *testing.T) {
 	for _, c := range []struct {
 		in      string
-		want    func(*Features)
+		want    func(*kernelprobe.Features)
 		wantErr bool
 	}{
-		{in: "", want: func(*Features) {}},
-		{in: " , ", want: func(*Features) {}},
-		{in: "fallback", want: func(f *Features) {
+		{in: "", want: func(*kernelprobe.Features) {}},
+		{in: " , ", want: func(*kernelprobe.Features) {}},
+		{in: "fallback", want: func(f *kernelprobe.Features) {
 			f.UprobeMulti, f.UprobeMultiPIDFilter, f.UprobeSession = false, false, false
 		}},
-		{in: "nopidfilter", want: func(f *Features) { f.UprobeMultiPIDFilter = false }},
+		{in: "nopidfilter", want: func(f *kernelprobe.Features) { f.UprobeMultiPIDFilter = false }},
 		// No kernel without cookies has uprobe_multi.
-		{in: "nocookie, norefctr", want: func(f *Features) {
+		{in: "nocookie, norefctr", want: func(f *kernelprobe.Features) {
 			f.Cookies, f.RefCtrOffset = false, false
 			f.UprobeMulti, f.UprobeMultiPIDFilter, f.UprobeSession = false, false, false
 		}},
-		{in: "nosession", want: func(f *Features) { f.UprobeSession = false }},
+		{in: "nosession", want: func(f *kernelprobe.Features) { f.UprobeSession = false }},
 		{in: "fallbak", wantErr: true},
 		{in: "nocookie,FALLBACK", wantErr: true},
 	} {
-		apply, err := ParseForce(c.in)
+		apply, err := kernelprobe.ParseForce(c.in)
 		if c.wantErr {
-			if !errors.Is(err, ErrBadForce) || !strings.Contains(err.Error(), ForceEnv) {
-				t.Errorf("ParseForce(%q) error = %v, want one naming %s and wrapping ErrBadForce", c.in, err, ForceEnv)
+			if !errors.Is(err, kernelprobe.ErrBadForce) || !strings.Contains(err.Error(), kernelprobe.ForceEnv) {
+				t.Errorf("ParseForce(%q) error = %v, want one naming %s and wrapping ErrBadForce", c.in, err, kernelprobe.ForceEnv)
 			}
 			continue
 		}
@@ -137,33 +140,33 @@ func TestParseForce(t *testing.T) {
 }
 
 func TestForceEnvAndOverride(t *testing.T) {
-	testutil.RequireBPF(t)
-	t.Setenv(ForceEnv, "")
-	base, err := Detect()
+	probetest.RequireBPF(t)
+	t.Setenv(kernelprobe.ForceEnv, "")
+	base, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	t.Setenv(ForceEnv, "fallback,nocookie")
-	f, err := Detect()
+	t.Setenv(kernelprobe.ForceEnv, "fallback,nocookie")
+	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.UprobeMulti || f.Cookies || f.UprobeSession || f.UprobeMultiPIDFilter || f.Path() != PathPerfEvent {
-		t.Errorf("with %s=fallback,nocookie: %v", ForceEnv, f)
+	if f.UprobeMulti || f.Cookies || f.UprobeSession || f.UprobeMultiPIDFilter || f.Path() != kernelprobe.PathPerfEvent {
+		t.Errorf("with %s=fallback,nocookie: %v", kernelprobe.ForceEnv, f)
 	}
 	if f.Release != base.Release || f.UprobePMU != base.UprobePMU {
 		t.Errorf("forcing changed unrelated fields: %v vs %v", f, base)
 	}
 
-	t.Setenv(ForceEnv, "bogus")
-	if _, err := Detect(); !errors.Is(err, ErrBadForce) {
-		t.Errorf("with %s=bogus: err = %v, want ErrBadForce", ForceEnv, err)
+	t.Setenv(kernelprobe.ForceEnv, "bogus")
+	if _, err := kernelprobe.Detect(); !errors.Is(err, kernelprobe.ErrBadForce) {
+		t.Errorf("with %s=bogus: err = %v, want ErrBadForce", kernelprobe.ForceEnv, err)
 	}
 
-	t.Setenv(ForceEnv, "")
-	restore := SetOverride(func(f *Features) { f.UprobeMultiPIDFilter = false })
-	f, err = Detect()
+	t.Setenv(kernelprobe.ForceEnv, "")
+	restore := kernelprobe.SetOverride(func(f *kernelprobe.Features) { f.UprobeMultiPIDFilter = false })
+	f, err = kernelprobe.Detect()
 	restore()
 	if err != nil {
 		t.Fatal(err)
@@ -173,26 +176,26 @@ func TestForceEnvAndOverride(t *testing.T) {
 	if f != want {
 		t.Errorf("with override: %v, want %v", f, want)
 	}
-	if f, _ := Detect(); f != base {
+	if f, _ := kernelprobe.Detect(); f != base {
 		t.Errorf("after restore: %v, want %v", f, base)
 	}
 }
 
 func TestPath(t *testing.T) {
 	for _, c := range []struct {
-		f    Features
-		want Path
+		f    kernelprobe.Features
+		want kernelprobe.Path
 		str  string
 	}{
-		{Features{UprobeMulti: true}, PathUprobeMulti, "uprobe_multi"},
-		{Features{UprobePMU: true, Cookies: true}, PathPerfEvent, "perf_event"},
-		{Features{}, PathPerfEvent, "perf_event"},
+		{kernelprobe.Features{UprobeMulti: true}, kernelprobe.PathUprobeMulti, "uprobe_multi"},
+		{kernelprobe.Features{UprobePMU: true, Cookies: true}, kernelprobe.PathPerfEvent, "perf_event"},
+		{kernelprobe.Features{}, kernelprobe.PathPerfEvent, "perf_event"},
 	} {
 		if got := c.f.Path(); got != c.want || got.String() != c.str {
 			t.Errorf("%+v.Path() = %v (%q), want %v (%q)", c.f, got, got.String(), c.want, c.str)
 		}
 	}
-	if s := Path(0).String(); s != "Path(0)" {
+	if s := kernelprobe.Path(0).String(); s != "Path(0)" {
 		t.Errorf("Path(0).String() = %q", s)
 	}
 }
@@ -214,44 +217,44 @@ func TestPrepareProgramSpec(t *testing.T) {
 		{"uretprobe.multi/x", ebpf.Kprobe, ebpf.AttachTraceUprobeMulti, ebpf.AttachTraceUprobeMulti, 0},
 		{"custom", ebpf.Kprobe, ebpf.AttachTraceUprobeMulti, ebpf.AttachTraceUprobeMulti, 0},
 		// Left alone: sessions, kprobes, other program types.
-		{"uprobe.session", ebpf.Kprobe, AttachTraceUprobeSession, AttachTraceUprobeSession, AttachTraceUprobeSession},
+		{"uprobe.session", ebpf.Kprobe, kernelprobe.AttachTraceUprobeSession, kernelprobe.AttachTraceUprobeSession, kernelprobe.AttachTraceUprobeSession},
 		{"kprobe/do_sys_open", ebpf.Kprobe, 0, 0, 0},
 		{"kprobe.multi", ebpf.Kprobe, ebpf.AttachTraceKprobeMulti, ebpf.AttachTraceKprobeMulti, ebpf.AttachTraceKprobeMulti},
 		{"uprobes_are_not_this", ebpf.Kprobe, 0, 0, 0},
 		{"socket", ebpf.SocketFilter, 0, 0, 0},
 	} {
 		for _, p := range []struct {
-			path Path
+			path kernelprobe.Path
 			want ebpf.AttachType
-		}{{PathUprobeMulti, c.multi}, {PathPerfEvent, c.perfEv}, {0, c.at}} {
+		}{{kernelprobe.PathUprobeMulti, c.multi}, {kernelprobe.PathPerfEvent, c.perfEv}, {0, c.at}} {
 			spec := &ebpf.ProgramSpec{SectionName: c.sec, Type: c.typ, AttachType: c.at}
 			cs := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": spec.Copy()}}
-			PrepareProgramSpec(spec, p.path)
-			PrepareCollectionSpec(cs, p.path)
+			kernelprobe.PrepareProgramSpec(spec, p.path)
+			kernelprobe.PrepareCollectionSpec(cs, p.path)
 			if spec.AttachType != p.want || cs.Programs["p"].AttachType != p.want {
 				t.Errorf("section %q attach %v on %v: got %v / %v, want %v",
 					c.sec, c.at, p.path, spec.AttachType, cs.Programs["p"].AttachType, p.want)
 			}
 		}
 	}
-	PrepareProgramSpec(nil, PathUprobeMulti)    // must not panic
-	PrepareCollectionSpec(nil, PathUprobeMulti) // must not panic
+	kernelprobe.PrepareProgramSpec(nil, kernelprobe.PathUprobeMulti)    // must not panic
+	kernelprobe.PrepareCollectionSpec(nil, kernelprobe.PathUprobeMulti) // must not panic
 }
 
 func BenchmarkDetect(b *testing.B) {
-	testutil.RequireBPF(b)
-	b.Setenv(ForceEnv, "")
+	probetest.RequireBPF(b)
+	b.Setenv(kernelprobe.ForceEnv, "")
 	b.Run("first", func(b *testing.B) {
 		for b.Loop() {
-			resetForTest()
-			if _, err := Detect(); err != nil {
+			kernelprobe.ResetForTest()
+			if _, err := kernelprobe.Detect(); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
 	b.Run("cached", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := Detect(); err != nil {
+			if _, err := kernelprobe.Detect(); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -259,15 +262,15 @@ func BenchmarkDetect(b *testing.B) {
 }
 
 // FuzzParseForce checks that any MULTIPROBE_FORCE value either fails with
-// ErrBadForce or only ever switches features off.
+// kernelprobe.ErrBadForce or only ever switches features off.
 func FuzzParseForce(f *testing.F) {
 	for _, s := range []string{"", "fallback", "nocookie,nosession", " norefctr , nopidfilter ", "x", ",,"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		apply, err := ParseForce(s)
+		apply, err := kernelprobe.ParseForce(s)
 		if err != nil {
-			if !errors.Is(err, ErrBadForce) {
+			if !errors.Is(err, kernelprobe.ErrBadForce) {
 				t.Fatalf("ParseForce(%q): %v does not wrap ErrBadForce", s, err)
 			}
 			return
@@ -284,7 +287,7 @@ func FuzzParseForce(f *testing.F) {
 // the statement in testutil.ExpectFeaturesEnv, if the run made one: a
 // guest kernel that silently had more or less would test another path
 // than the run means to, and tests skip for a lack the statement names.
-func checkStatedFeatures(t *testing.T, f Features) {
+func checkStatedFeatures(t *testing.T, f kernelprobe.Features) {
 	t.Helper()
 	stated := os.Getenv(testutil.ExpectFeaturesEnv)
 	if stated == "" {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // BenchmarkLoad loads the skewed set of 20 programs (one dominant, five
@@ -18,7 +18,7 @@ import (
 // metrics are per phase: makespan, lower bound max(longest, work/CPUs), and
 // their ratio.
 func BenchmarkLoad(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	spec := collectionOf(skewedSet())
 
 	b.Run("sequential", func(b *testing.B) {
@@ -67,7 +67,7 @@ func btfSet(n int) *ebpf.CollectionSpec {
 // cilium's per-collection cache one program at a time (what loading them
 // without a shared cache costs).
 func BenchmarkKernelBTF(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	for _, n := range []int{1, 20} {
 		spec := btfSet(n)
 		b.Run(fmt.Sprintf("shared/programs=%d", n), func(b *testing.B) {
@@ -129,7 +129,7 @@ func plainSet(n int) *ebpf.CollectionSpec {
 //
 // With kernel BTF parsed once per phase the ratios stay near 1.
 func BenchmarkKernelBTFRatio(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	load := func(spec *ebpf.CollectionSpec) {
 		coll, _, err := Collection(spec, nil)
 		if err != nil {

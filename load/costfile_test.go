@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
-
-	"github.com/multiprobe/multiprobe/internal/testutil"
 )
 
 // otherUID is a real uid that is neither root nor the test's (nobody).
@@ -21,7 +20,7 @@ const otherUID = 65534
 // opening and saving refuse it with an error that names what was found, and
 // that nothing was written anywhere.
 func TestCostCacheTraps(t *testing.T) {
-	testutil.RequireRoot(t)
+	probetest.RequireRoot(t)
 	tests := []struct {
 		name string
 		// plant prepares root and returns the cache path and a check that

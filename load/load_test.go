@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // smallSet returns n cheap programs sharing map "shared".
@@ -38,7 +39,7 @@ func runSocketFilter(t *testing.T, prog *ebpf.Program) uint32 {
 }
 
 func TestBoundRespected(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	for _, jobs := range []int{1, 2, 3, 8} {
 		t.Run(fmt.Sprint(jobs), func(t *testing.T) {
 			var inFlight, peak atomic.Int32
@@ -91,7 +92,7 @@ func TestBoundRespected(t *testing.T) {
 }
 
 func TestProfileConsistent(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	specs := smallSet(6)
 	specs[4] = skewedProgram("big", 200, 40, 2)
 	coll, prof, err := Collection(collectionOf(specs), &Options{Jobs: 2})
@@ -145,7 +146,7 @@ func failingSet() []*ebpf.ProgramSpec {
 var errInjected = errors.New("injected failure")
 
 func TestErrorReportDeterministic(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 
 	var first string
 	for run := range 6 {
@@ -246,7 +247,7 @@ func lerrLog(t *testing.T, name string) []string {
 }
 
 func TestEAGAINRetried(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	opts := &Options{hook: func(name string, attempt int, popts ebpf.ProgramOptions, load func() (*ebpf.Program, error)) (*ebpf.Program, error) {
 		if name == "small02" && attempt < 3 {
 			if popts.LogLevel != ebpf.LogLevelStats {
@@ -279,7 +280,7 @@ func mapsFor(t *testing.T) map[string]*ebpf.Map {
 }
 
 func TestNothingLeaked(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	spec := tailCallSpec(ebpf.AttachNone)
 	for _, p := range failingSet() {
 		spec.Programs[p.Name] = p
@@ -341,7 +342,7 @@ func tailCallSpec(calleeAttach ebpf.AttachType) *ebpf.CollectionSpec {
 }
 
 func TestTailCallAttachTypes(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 
 	// Every uprobe program loads for uprobe_multi, the callee included: the
 	// kernel holds both, and the tail-call map is filled after the loads.
@@ -396,7 +397,7 @@ func TestTailCallAttachTypes(t *testing.T) {
 }
 
 func TestRaceSharedMapsAndBTF(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	specs := make([]*ebpf.ProgramSpec, 16)
 	for i := range specs {
 		specs[i] = btfProgram(fmt.Sprintf("tp_btf%02d", i))
@@ -442,7 +443,7 @@ func TestRaceSharedMapsAndBTF(t *testing.T) {
 }
 
 func TestCostCacheReorders(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	costs := NewCostCache(t.TempDir() + "/costs.json")
 	specs := skewedSet()
 	cs := collectionOf(specs)
@@ -517,7 +518,7 @@ func TestOptionsRejected(t *testing.T) {
 }
 
 func TestMissingMapIsJobError(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	_, prof, err := Programs(smallSet(3), nil, nil)
 	var lerr *Error
 	if !errors.As(err, &lerr) || len(lerr.Failures) != 3 {
@@ -532,7 +533,7 @@ func TestMissingMapIsJobError(t *testing.T) {
 }
 
 func TestCollectionFromELF(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	spec, err := ebpf.LoadCollectionSpec("testdata/multi.o")
 	if err != nil {
 		t.Fatal(err)

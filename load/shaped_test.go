@@ -11,8 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-
-	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // shapedProgram is skewedProgram of the given type that ends by tail-calling
@@ -80,7 +79,7 @@ func shapedSpec() *ebpf.CollectionSpec {
 // array holds exactly its own unwinders (by program id), under the copy the
 // profile names.
 func TestShapedSplitLoads(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	spec := shapedSpec()
 	if _, _, err := Collection(spec, nil); !errors.Is(err, ErrTailCallMix) {
 		t.Fatalf("without SplitTailCallMaps: err = %v, want ErrTailCallMix", err)
@@ -175,7 +174,7 @@ func kprobeOwned(t testing.TB) *ebpf.Map {
 // array a kprobe program owns: the verifier accepts it, the kernel refuses
 // it, and the error must say exactly that.
 func TestAfterVerificationReported(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	jmp := kprobeOwned(t)
 	spec := collectionOf([]*ebpf.ProgramSpec{shapedProgram("pe", ebpf.PerfEvent, 0, 10, 10, 1)})
 	spec.Maps["jmp"] = &ebpf.MapSpec{Name: "jmp", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 4}
@@ -199,7 +198,7 @@ func TestAfterVerificationReported(t *testing.T) {
 // (instruction count) order and for OrderCached with a warm cache, side by
 // side, and the failure path against the success path.
 func BenchmarkShaped(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	spec := shapedSpec()
 	warm := NewCostCache("")
 	if coll, _, err := Collection(spec, &Options{SplitTailCallMaps: true, Costs: warm}); err != nil {

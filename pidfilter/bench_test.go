@@ -6,9 +6,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/pidfilter"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,10 +21,10 @@ import (
 //
 //	go test -run '^$' -bench PIDFilter -count 6 ./pidfilter
 func BenchmarkPIDFilter(b *testing.B) {
-	testutil.RequireBPF(b)
+	probetest.RequireBPF(b)
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
-		testutil.Unavailable(b, "BPF run-time statistics: %v", err)
+		probetest.Unavailable(b, "BPF run-time statistics: %v", err)
 	}
 	defer stats.Close()
 	bin := buildThreads(b)

@@ -13,6 +13,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/pidfilter"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // buildThreads returns a private copy of the threads target: uprobes
@@ -113,7 +114,7 @@ func readHash(t *testing.T, m *ebpf.Map) map[uint32]uint64 {
 // TestFilterThreads runs a multi-threaded target twice with the filter on
 // one of them, on both attach paths, then changes the set while attached.
 func TestFilterThreads(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	bin := buildThreads(t)
 	offs, err := testprogs.SymbolOffsets(bin)
 	if err != nil {
@@ -133,7 +134,7 @@ func TestFilterThreads(t *testing.T) {
 			}
 			coll, f := loadFilteredColl(t, p, true)
 			prog := coll.Programs["filtered_entry"]
-			snap := testutil.TakeSnapshot(t, prog)
+			snap := probetest.TakeSnapshot(t, prog)
 
 			a := startWaiting(t, bin, threads, calls)
 			b := startWaiting(t, bin, threads, calls)
@@ -205,7 +206,7 @@ func TestFilterThreads(t *testing.T) {
 // TestWithoutFilter is the control: the same program without the filter
 // counts both processes, so TestFilterThreads's checks can fail.
 func TestWithoutFilter(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	bin := buildThreads(t)
 	offs, err := testprogs.SymbolOffsets(bin)
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
-	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/pidfilter"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 type line string
@@ -110,7 +110,7 @@ func TestInjectErrors(t *testing.T) {
 // TestFilterRefcounts changes a pid set through two holders of one map
 // and reads it back after each step.
 func TestFilterRefcounts(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	f, err := pidfilter.NewFilter(5)
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // event mirrors struct event of testdata/usdt_test.bpf.c.
@@ -87,7 +88,7 @@ type fixture struct {
 // USDT there, with a copy of the program per site.
 func loadFixture(t *testing.T) *fixture {
 	t.Helper()
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)

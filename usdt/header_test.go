@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // headerUser is a BPF program using every part of bpf/mp_usdt.bpf.h and bpf/mp_pids.bpf.h. PRELUDE
@@ -78,7 +79,7 @@ func TestHeaderCompiles(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.name == "vmlinux" && vmlinux == "" {
-				testutil.Unavailable(t, "no bpftool or kernel BTF to make vmlinux.h (.ci/install-deps installs bpftool)")
+				probetest.Unavailable(t, "no bpftool or kernel BTF to make vmlinux.h (.ci/install-deps installs bpftool)")
 			}
 			src := filepath.Join(dir, "prog.c")
 			if err := os.WriteFile(src, []byte(strings.Replace(headerUser, "PRELUDE", c.prelude, 1)), 0o644); err != nil {
@@ -94,7 +95,7 @@ func TestHeaderCompiles(t *testing.T) {
 			}
 			if c.name == "x86" && runtime.GOARCH == "amd64" {
 				// The twelve-argument handler must also pass the verifier.
-				testutil.RequireBPF(t)
+				probetest.RequireBPF(t)
 				cs, err := ebpf.LoadCollectionSpec(filepath.Join(dir, "prog.o"))
 				if err != nil {
 					t.Fatal(err)

@@ -8,10 +8,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/multiprobe/multiprobe/internal/testutil"
-
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // testObject is the test BPF object built for this machine: mp_usdt.bpf.h
@@ -130,7 +129,7 @@ func TestCookie(t *testing.T) {
 // TestAcquireSpecs hands out ids to two holders of one spec map, as two
 // links of one program are, and checks the map after every step.
 func TestAcquireSpecs(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	m, err := ebpf.NewMap(SpecMapSpec(4))
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +198,7 @@ func TestAcquireSpecs(t *testing.T) {
 // TestAcquireSpecsConcurrent is for -race: holders with their own handles
 // of one map must agree on ids.
 func TestAcquireSpecsConcurrent(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	m, err := ebpf.NewMap(SpecMapSpec(64))
 	if err != nil {
 		t.Fatal(err)

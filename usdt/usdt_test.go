@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/multiprobe/multiprobe/internal/glob"
-	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -294,7 +294,7 @@ func TestSystemBinaries(t *testing.T) {
 		t.Logf("%s: %d probes", path, len(probes))
 	}
 	if tested == 0 {
-		testutil.Unavailable(t, "no system binary with USDT probes found (libstdc++ has some)")
+		probetest.Unavailable(t, "no system binary with USDT probes found (libstdc++ has some)")
 	}
 }
 

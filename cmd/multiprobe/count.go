@@ -25,6 +25,7 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/probetest"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -327,22 +328,6 @@ func (e countEnd) status() error {
 	return nil
 }
 
-// exitCode is the status a shell reports for a command whose Wait returned
-// err: its exit status, or 128 plus the signal that killed it.
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return 1
-}
-
 // countUntil attaches, resumes the command if there is one, and counts
 // until the first of: the command (or the --pid process) exits, duration
 // passes, or SIGINT or SIGTERM arrives. A command it started never
@@ -359,12 +344,13 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 	}
 	defer l.Close()
 	start := time.Now()
-	var exited <-chan error
+	var exited <-chan struct{}
 	switch {
 	case child != nil:
-		if exited, err = child.resume(); err != nil {
+		if err := child.Resume(); err != nil {
 			return end, err
 		}
+		exited = child.Done()
 	case pid != 0:
 		exited = processExit(pid)
 	case duration == 0:
@@ -375,22 +361,21 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		deadline = time.After(duration)
 	}
 	select {
-	case err := <-exited:
+	case <-exited:
 		if child != nil {
-			child.report(err, stderr)
-			end.code = exitCode(err)
+			end.code = child.report(stderr)
 		} else {
 			fmt.Fprintf(stderr, "process %d exited\n", pid)
 		}
 	case <-deadline:
 		if child != nil {
 			fmt.Fprintf(stderr, "%s still running after %v: ending it\n", child.name, duration)
-			child.stop(exited, stderr)
+			child.stop(stderr)
 		}
 	case end.signal = <-sigs:
 		fmt.Fprintf(stderr, "%v: detaching\n", end.signal)
 		if child != nil {
-			child.stop(exited, stderr)
+			child.stop(stderr)
 		}
 	}
 	end.elapsed = time.Since(start)
@@ -405,8 +390,8 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 
 // processExit returns a channel that receives when process pid exits:
 // through a pidfd (Linux 5.3+), or by polling where there is none.
-func processExit(pid int) <-chan error {
-	done := make(chan error, 1)
+func processExit(pid int) <-chan struct{} {
+	done := make(chan struct{})
 	fd, err := unix.PidfdOpen(pid, 0)
 	go func() {
 		if err == nil {
@@ -417,25 +402,23 @@ func processExit(pid int) <-chan error {
 					break
 				}
 			}
-			done <- nil
+			close(done)
 			return
 		}
 		for unix.Kill(pid, 0) != unix.ESRCH {
 			time.Sleep(100 * time.Millisecond)
 		}
-		done <- nil
+		close(done)
 	}()
 	return done
 }
 
-// stoppedCommand is a command started under ptrace, stopped right after
-// its exec, so that multiprobe can attach with its pid as the filter before
-// it makes a single call: no call is missed, and no other process's calls
-// are counted.
+// stoppedCommand is the command after "--": started stopped at its first
+// instruction (probetest.Start), so that the probes are attached, with its
+// pid as the filter, before it makes a single call.
 type stoppedCommand struct {
-	cmd     *exec.Cmd
-	name    string
-	resumed bool
+	*probetest.Process
+	name string
 }
 
 func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*stoppedCommand, error) {
@@ -444,74 +427,45 @@ func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*sto
 	if asJSON {
 		cmd.Stdout = stderr // keep stdout for the report
 	}
-	// Pdeathsig: if multiprobe is killed, so is the command (the thread
-	// that started it stays locked, so its death is multiprobe's).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", command[0], err)
+	// probetest.Start's Pdeathsig: if multiprobe is killed, so is the
+	// command.
+	p, err := probetest.Start(cmd)
+	if err != nil {
+		return nil, err
 	}
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(cmd.Process.Pid, &ws, 0, nil); err != nil || !ws.Stopped() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return nil, fmt.Errorf("starting %s: it did not stop after exec (status %v): %v", command[0], ws, err)
-	}
-	return &stoppedCommand{cmd: cmd, name: command[0]}, nil
+	return &stoppedCommand{Process: p, name: command[0]}, nil
 }
 
-// abort kills the command if it was never resumed.
-func (c *stoppedCommand) abort() {
-	if c.resumed {
-		return
-	}
-	c.cmd.Process.Kill()
-	unix.PtraceDetach(c.cmd.Process.Pid)
-	c.cmd.Wait()
-	c.resumed = true
-}
-
-// resume lets the command run and returns a channel that receives its
-// exit.
-func (c *stoppedCommand) resume() (<-chan error, error) {
-	if err := unix.PtraceDetach(c.cmd.Process.Pid); err != nil {
-		return nil, fmt.Errorf("resuming %s: %w", c.name, err)
-	}
-	c.resumed = true
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	return done, nil
-}
-
-// report says how the command ended, if not with status 0.
-func (c *stoppedCommand) report(err error, stderr io.Writer) {
-	var ee *exec.ExitError
+// report says how the command ended, if not with status 0, and returns
+// its exit status.
+func (c *stoppedCommand) report(stderr io.Writer) int {
+	status, err := c.Wait()
 	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			fmt.Fprintf(stderr, "%s was killed by %s (%v)\n", c.name, unix.SignalName(ws.Signal()), ws.Signal())
-		} else {
-			fmt.Fprintf(stderr, "%s exited with status %d\n", c.name, ee.ExitCode())
-		}
-	default:
+	case err != nil:
 		fmt.Fprintf(stderr, "waiting for %s: %v\n", c.name, err)
+		return 1
+	case status > 128:
+		sig := syscall.Signal(status - 128)
+		fmt.Fprintf(stderr, "%s was killed by %s (%v)\n", c.name, unix.SignalName(sig), sig)
+	case status != 0:
+		fmt.Fprintf(stderr, "%s exited with status %d\n", c.name, status)
 	}
+	return status
 }
 
 // stopGrace is how long the command has to exit after SIGTERM.
 const stopGrace = 2 * time.Second
 
 // stop ends the running command: SIGTERM, then SIGKILL if it has not exited
-// within stopGrace. exited is resume's channel.
-func (c *stoppedCommand) stop(exited <-chan error, stderr io.Writer) {
-	c.cmd.Process.Signal(syscall.SIGTERM)
+// within stopGrace.
+func (c *stoppedCommand) stop(stderr io.Writer) {
+	c.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-exited:
-		c.report(err, stderr)
+	case <-c.Done():
 	case <-time.After(stopGrace):
-		c.cmd.Process.Kill()
-		c.report(<-exited, stderr)
+		c.Kill()
 	}
+	c.report(stderr)
 }
 
 // counter is the loaded counting program: count.c, or count_args.c with

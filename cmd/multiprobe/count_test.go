@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,7 +29,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // TestCount runs a generated target under `count` and checks the printed
 // counts against the calls the target makes.
 func TestCount(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	const n, calls = 20, 2 // (a size the VM runner prebuilds)
 	target := testprogs.PrivateTarget(t, n)
 	out, errOut, code := runCLI(t, "count", "--json", "--stats", "uprobe:"+target+":func_*", "--", target, fmt.Sprint(calls))
@@ -66,7 +66,7 @@ func TestCount(t *testing.T) {
 // TestCountTable checks the forms of count's report: a row per kind and
 // function, --top, JSON without nulls, and --duration in plain seconds.
 func TestCountTable(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	const n = 5
 	target := testprogs.PrivateTarget(t, n)
 	entry, ret := "uprobe:"+target+":func_*", "uretprobe:"+target+":func_*"
@@ -107,7 +107,7 @@ func TestCountTable(t *testing.T) {
 // uretprobe's return value: the target calls func_00001(arg) with arg 0,
 // 1, 2 and it returns arg*2+1.
 func TestCountUprobeArgs(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.PrivateTarget(t, 5)
 	fn := testprogs.FuncName(1)
 	out, errOut, code := execCLI(t, "count", "--args", "--nargs", "1", "uprobe:"+target+":"+fn, "uretprobe:"+target+":"+fn, "--", target, "2")
@@ -133,7 +133,7 @@ func TestCountUprobeArgs(t *testing.T) {
 // Go's calling convention, and its result: the Go target calls Leaf(i) for
 // i from 0, and Leaf returns i*2+1.
 func TestCountGoArgs(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.GoTarget(t, false)
 	out, errOut, code := execCLI(t, "count", "--args", "--nargs", "2", "uprobe:"+target+":main.Leaf", "uretprobe:"+target+":main.Leaf", "--", target, "1", "1", "3")
 	if code != 0 {
@@ -152,7 +152,7 @@ func TestCountGoArgs(t *testing.T) {
 
 // TestCountUSDT counts USDT probes and prints their arguments.
 func TestCountUSDT(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.USDTTarget(t)
 	out, errOut, code := runCLI(t, "count", "--args", "usdt:"+target+":mp:tick", "--", target, "3")
 	if code != 0 {
@@ -174,7 +174,7 @@ func TestCountUSDT(t *testing.T) {
 // named(i, name_of(i)), which fires mp:named(i, name), with the names
 // alpha, beta, gamma in turn.
 func TestCountStrings(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.USDTTarget(t)
 	probes := []string{"usdt:" + target + ":mp:named", "uprobe:" + target + ":named", "uretprobe:" + target + ":name_of"}
 	args := append(append([]string{"count", "--args", "--str", "1,ret"}, probes...), "--", target, "3")
@@ -278,7 +278,7 @@ func findProcess(args ...string) (int, byte) {
 // outlives it, a signal detaches and prints what was counted with exit
 // status 128+signal, and bad durations are usage errors.
 func TestCountEnds(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.PrivateTarget(t, 5)
 	probe := "uprobe:" + target + ":func_*"
 	sleep, err := exec.LookPath("sleep")
@@ -424,7 +424,7 @@ func TestFIFOs(t *testing.T) {
 // functions: the report must grow with the sites, not with sites × the
 // spec's length (each row once repeated the whole spec: 1 GB for this).
 func TestCountBigSpec(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	const n = 100
 	target := testprogs.PrivateTarget(t, n)
 	pats := make([]string, 10_000)

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // latencyJSON runs latency --json with args and decodes its report.
@@ -29,7 +29,7 @@ func latencyJSON(t *testing.T, args ...string) latencyReport {
 // each attach path, and checks that every call is timed once and that each
 // function's histogram has its mass in the slot of its sleep.
 func TestLatency(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.SleeperTarget(t)
 	const n = 6
 	// slot -1: everything below 1 ms (2^20 ns).
@@ -103,7 +103,7 @@ func TestLatency(t *testing.T) {
 // (and move) while its frames are in flight, Pair returns from two places,
 // Panicky's panicking calls never return.
 func TestLatencyGo(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.GoTarget(t, false)
 	const goroutines, depth, n = 3, 300, 20
 	r := latencyJSON(t, "uprobe:"+target+":main.Deep,main.Pair,main.Leaf,main.Panicky", "--", target, fmt.Sprint(goroutines), fmt.Sprint(depth), fmt.Sprint(n))
@@ -129,7 +129,7 @@ func TestLatencyGo(t *testing.T) {
 
 // TestLatencyText checks the drawn histograms and the usage errors.
 func TestLatencyText(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	target := testprogs.SleeperTarget(t)
 	out, errOut, code := execCLI(t, "latency", "--top", "1", "uprobe:"+target+":nap_3ms,nap_12ms", "--", target, "2")
 	if code != 0 {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // BenchmarkListProcess runs whole processes side by side, in turn, on a
@@ -29,7 +29,7 @@ func BenchmarkListProcess(b *testing.B) {
 		big = "/usr/bin/node"
 	}
 	if _, err := os.Stat(big); err != nil {
-		testutil.Unavailable(b, "no big binary to list: %v (set MULTIPROBE_BIG_BINARY)", err)
+		probetest.Unavailable(b, "no big binary to list: %v (set MULTIPROBE_BIG_BINARY)", err)
 	}
 	dir := b.TempDir()
 	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/load"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 const (
@@ -49,7 +50,7 @@ func TestLoadUsage(t *testing.T) {
 }
 
 func TestLoadTable(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"load", "--jobs", "2", loadTestObject}, &stdout, &stderr); code != 0 {
@@ -93,7 +94,7 @@ func loadJSON(t *testing.T, args ...string) (*load.Profile, int, string) {
 }
 
 func TestLoadJSONAndCachedOrder(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 
 	prof, code, stderr := loadJSON(t, "--jobs", "2", "--order", "given", loadTestObject)
@@ -131,7 +132,7 @@ func TestLoadJSONAndCachedOrder(t *testing.T) {
 }
 
 func TestLoadFailuresReported(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"load", loadTestBroken}, &stdout, &stderr); code != 1 {
@@ -170,7 +171,7 @@ func TestLoadFailuresReported(t *testing.T) {
 // node fails before anything loads and leaves the node as it was (it used
 // to be replaced by a regular file).
 func TestLoadCostCacheRefusesDevice(t *testing.T) {
-	testutil.RequireRoot(t)
+	probetest.RequireRoot(t)
 	dev := filepath.Join(t.TempDir(), "null")
 	// A copy of /dev/null's node, never the real one.
 	if err := unix.Mknod(dev, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
@@ -206,7 +207,7 @@ func TestMain(m *testing.M) {
 // suggests for every EPERM.
 func TestLoadUnprivileged(t *testing.T) {
 	if os.Geteuid() != 0 {
-		testutil.Unavailable(t, "needs root to start a process as nobody")
+		probetest.Unavailable(t, "needs root to start a process as nobody")
 	}
 	exe, err := os.Executable()
 	if err != nil {

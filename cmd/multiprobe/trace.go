@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"io"
-	"runtime"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -78,14 +77,10 @@ func newTracer(f *traceFlags, command []string, rawStdout, rawStderr, stdout, st
 	if len(command) == 0 {
 		return t, nil
 	}
-	// The tracer of a ptrace'd child is the thread that started it,
-	// until the child is resumed; close unlocks it.
-	runtime.LockOSThread()
 	if t.child, err = startStopped(command, childWriter(rawStdout, stdout), childWriter(rawStderr, stderr), f.asJSON); err != nil {
-		runtime.UnlockOSThread()
 		return nil, err
 	}
-	t.opts.PID = t.child.cmd.Process.Pid
+	t.opts.PID = t.child.PID()
 	return t, nil
 }
 
@@ -96,10 +91,10 @@ func (t *tracer) run(plan *multiprobe.Plan, prog *ebpf.Program, stderr io.Writer
 	return countUntil(plan, prog, t.child, t.opts.PID, time.Duration(t.flags.duration), stderr)
 }
 
-// close kills the command if it never ran, and unlocks the thread.
+// close kills the command if it is still there: it never outlives
+// multiprobe.
 func (t *tracer) close() {
 	if t.child != nil {
-		t.child.abort()
-		runtime.UnlockOSThread()
+		t.child.Kill()
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -152,17 +152,6 @@ func PrivateCopy(tb testing.TB, src string) string {
 	return dst
 }
 
-func cacheDir() (string, error) {
-	if d := os.Getenv("MULTIPROBE_CACHE_DIR"); d != "" {
-		return filepath.Join(d, "testprogs"), nil
-	}
-	d, err := os.UserCacheDir()
-	if err != nil {
-		return "", fmt.Errorf("testprogs: no cache directory (set MULTIPROBE_CACHE_DIR): %w", err)
-	}
-	return filepath.Join(d, "multiprobe", "testprogs"), nil
-}
-
 func buildTarget(n int) (string, error) {
 	return buildCached(fmt.Sprintf("target-%d", n), generate(n), gccFlags)
 }
@@ -217,40 +206,14 @@ func cached(name, cc string, units []unit, flags []string, build func(dir string
 		fmt.Fprintf(h, "unit %s %d\n", u.name, len(u.src))
 		h.Write(u.src)
 	}
-	key := hex.EncodeToString(h.Sum(nil))[:16]
-
-	base, err := cacheDir()
-	if err != nil {
-		return "", err
-	}
-	final := filepath.Join(base, name+"-"+key)
-	if _, err := os.Stat(final); err == nil {
-		return final, nil
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", fmt.Errorf("testprogs: %w", err)
-	}
-	tmp, err := os.MkdirTemp(base, "build-")
-	if err != nil {
-		return "", fmt.Errorf("testprogs: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	for _, u := range units {
-		if err := os.WriteFile(filepath.Join(tmp, u.name), u.src, 0o644); err != nil {
-			return "", fmt.Errorf("testprogs: %w", err)
+	return probetest.Cached("testprogs/"+name, h.Sum(nil), func(dir string) error {
+		for _, u := range units {
+			if err := os.WriteFile(filepath.Join(dir, u.name), u.src, 0o644); err != nil {
+				return fmt.Errorf("testprogs: %w", err)
+			}
 		}
-	}
-	if err := build(tmp); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		// Another process won the race: its build is as good as ours.
-		if _, statErr := os.Stat(final); statErr == nil {
-			return final, nil
-		}
-		return "", fmt.Errorf("testprogs: %w", err)
-	}
-	return final, nil
+		return build(dir)
+	})
 }
 
 // CCEnv and CCFlagsEnv name a compiler, and flags of its own, to build the

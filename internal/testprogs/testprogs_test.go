@@ -14,6 +14,7 @@ import (
 
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 func TestTarget(t *testing.T) {
@@ -88,7 +89,7 @@ func TestTarget(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
-	testutil.RequireBPF(t)
+	probetest.RequireBPF(t)
 	for _, p := range []kernelprobe.Path{kernelprobe.PathUprobeMulti, kernelprobe.PathPerfEvent} {
 		c, err := LoadCounter(p)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // ExpectPathEnv names the environment variable through which a test run
@@ -43,7 +44,7 @@ func RequireKernelFeature(t testing.TB, have bool, what string) {
 	if os.Getenv(ExpectFeaturesEnv) != "" || os.Getenv(ExpectPathEnv) == "perf_event" {
 		t.Skipf("kernel has no %s (a kernel series without it)", what)
 	}
-	Unavailable(t, "kernel has no %s", what)
+	probetest.Unavailable(t, "kernel has no %s", what)
 }
 
 // KernelCountsVerified reports whether the kernel reports how many

@@ -1,0 +1,4 @@
+package kernelprobe
+
+// ResetForTest is resetForTest, for the external tests.
+var ResetForTest = resetForTest
