@@ -110,17 +110,7 @@ func TestCheckCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plan.Close()
-	spec, err := testprogs.CounterSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := plan.Prepare(spec); err != nil {
-		t.Fatal(err)
-	}
-	c, err := testprogs.NewCounter(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadCounter(t, plan)
 	t.Cleanup(func() { c.Close() }) // after CheckLeaks' check
 	probetest.CheckLeaks(t, c.CountEntry, c.RecordReturn)
 	entries, err := plan.Attach(c.CountEntry)
@@ -190,17 +180,7 @@ func TestCheckLeaksFinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plan.Close()
-	spec, err := testprogs.CounterSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := plan.Prepare(spec); err != nil {
-		t.Fatal(err)
-	}
-	c, err := testprogs.NewCounter(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := loadCounter(t, plan)
 	defer c.Close()
 	rec := &recorder{TB: t}
 	probetest.CheckLeaks(rec, c.CountEntry)
@@ -228,4 +208,21 @@ func TestExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	testCountWork(t, spec)
+}
+
+// loadCounter loads the counter programs of multiprobe's tests for plan.
+func loadCounter(t *testing.T, plan *multiprobe.Plan) *testprogs.Counter {
+	t.Helper()
+	spec, err := testprogs.CounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plan.Prepare(spec); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.NewCounter(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -243,9 +242,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if tf.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
+		if err := writeJSON(stdout, report); err != nil {
 			return err
 		}
 		return end.status()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -144,9 +143,7 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 		report.Latencies = report.Latencies[:tf.top]
 	}
 	if tf.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
+		if err := writeJSON(stdout, report); err != nil {
 			return err
 		}
 		return end.status()

@@ -168,6 +168,7 @@ func jsonProbe(p usdt.Probe) listedProbe {
 	return lp
 }
 
+// writeJSON writes a report as indented JSON.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
