@@ -105,15 +105,7 @@ func TestLatency(t *testing.T) {
 // Panicky's panicking calls never return.
 func TestLatencyGo(t *testing.T) {
 	probetest.RequireBPF(t)
-	if testutil.InGuest() {
-		// A known defect, open: on older kernels (seen on Linux 5.10,
-		// 6.1 and 6.12, both paths; never on 6.18, forced to either) this Go target, probed at the entries and the return
-		// instructions of Deep, Pair, Leaf and Panicky, dies now and then
-		// ("unexpected fault address 0x...0094779c"): under latency (3 of
-		// 8 runs on 5.10) and under count (1 of 10 on 6.1) alike, with
-		// async preemption off too.
-		t.Skip("known defect on older kernels (5.10, 6.1, 6.12 guests): this Go target, probed at entries and return instructions, crashes now and then (issue 14/15 note)")
-	}
+	testutil.SkipOnMTTCG(t)
 	target := testprogs.GoTarget(t, false)
 	const goroutines, depth, n = 3, 300, 20
 	r := latencyJSON(t, "uprobe:"+target+":main.Deep,main.Pair,main.Leaf,main.Panicky", "--", target, fmt.Sprint(goroutines), fmt.Sprint(depth), fmt.Sprint(n))
