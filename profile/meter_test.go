@@ -134,10 +134,12 @@ func TestMeter(t *testing.T) {
 				t.Errorf("%s absent but PerRun %v, want NaN", name, k.PerRun())
 			}
 		}
-		p50s = append(p50s, p50)
+		// The program's own median: under arm64 emulation the meter's
+		// part of a reading (12 µs) is more than the short loop's.
+		p50s = append(p50s, p50-over.Reading)
 	}
 	if p50s[1] < 5*p50s[0] {
-		t.Errorf("ten times the loop moved p50 from %v to %v: want at least five times", p50s[0], p50s[1])
+		t.Errorf("ten times the loop moved p50 less overhead from %v to %v: want at least five times", p50s[0], p50s[1])
 	}
 }
 
