@@ -94,7 +94,8 @@ func requireTracing(t *testing.T) {
 // lengths: every run is counted, the percentiles are ordered, a loop ten
 // times longer moves the median by at least five times, and the mean,
 // less the meter's overhead, is within 15% of the kernel's own accounting
-// of the same runs, less the same (for the longer loop). The counters are either absent (these VMs have no
+// of the same runs, less the same (for the longer loop, where the meter
+// adds less than a tenth). The counters are either absent (these VMs have no
 // PMU) or count something.
 func TestMeter(t *testing.T) {
 	requireTracing(t)
@@ -122,8 +123,13 @@ func TestMeter(t *testing.T) {
 		// where the body dominates: under TCG the meter's programs vary
 		// by microseconds from run to run, as much as the short body
 		// takes.
+		// Under arm64 emulation the meter's programs cost 40 µs a run,
+		// give or take 20: there the overhead's own error is more than 15%
+		// of the result, and the comparison would test the emulator.
 		got, want := c.Mean()-over.Reading, kernel-over.PerRun
-		if loops >= 20000 && math.Abs(float64(got-want)) > 0.15*float64(want) {
+		if comparable := 10*over.PerRun < kernel; loops >= 20000 && !comparable {
+			t.Logf("loops %d: not compared with the kernel's mean: the meter adds %v of %v", loops, over.PerRun, kernel)
+		} else if loops >= 20000 && math.Abs(float64(got-want)) > 0.15*float64(want) {
 			t.Errorf("loops %d: mean less overhead %v, kernel's mean less overhead %v: more than 15%% apart", loops, got, want)
 		}
 		for name, k := range map[string]Counter{"cycles": c.Cycles, "instructions": c.Instructions} {
