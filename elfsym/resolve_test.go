@@ -782,9 +782,8 @@ func TestGoEntries(t *testing.T) {
 				for _, s := range sites {
 					// Leaf is nosplit; Pair is a leaf with a small
 					// frame, which the compiler leaves unchecked too.
-					// arm64 keeps the symbols' addresses (goEntry).
 					want := MovedGoStackCheck
-					if s.Name == "main.Leaf" || s.Name == "main.Pair" || goarch == "arm64" {
+					if s.Name == "main.Leaf" || s.Name == "main.Pair" {
 						want = ""
 					}
 					if s.Moved != want || (want != "") != (s.Offset > s.SymbolOffset) {
@@ -857,8 +856,8 @@ func TestGoReturns(t *testing.T) {
 }
 
 // TestGoEntryARM64 checks where goEntryARM64 finds an arm64 Go function's
-// body, which goEntry does not use yet (see there): after B.LS, past the
-// check in its three forms, and nothing for a function without one.
+// body: after B.LS, past the check in its three forms and a restartable
+// sequence after it, and nothing for a function without one.
 func TestGoEntryARM64(t *testing.T) {
 	word := func(ws ...uint32) []byte {
 		var b []byte
@@ -877,7 +876,11 @@ func TestGoEntryARM64(t *testing.T) {
 		// MOVD 16(R28), R16; SUB $160, RSP, R17; CMP R16, R17; BLS
 		{"large frame", word(0xf9400b90, 0xd10283f1, 0xeb10023f, 0x54000509, 0xd10483f4), 16},
 		// MOVD 16(R28), R16; MOVD $8080, R27; SUBS R27, RSP, R17; BCC; CMP R16, R17; BLS
-		{"huge frame", word(0xf9400b90, 0xd283f21b, 0xeb3b63f1, 0x540005a3, 0xeb10023f, 0x54000569), 24},
+		{"huge frame", word(0xf9400b90, 0xd283f21b, 0xeb3b63f1, 0x540005a3, 0xeb10023f, 0x54000569, 0xa93ffa9d), 24},
+		// ... then MOVD $8208, R27; SUB R27, RSP, R20, which Go restarts
+		// from the MOVD when preempted at the SUB; STP (R29, R30), -8(R20)
+		{"huge frame, restartable", word(0xf9400b90, 0xd283f21b, 0xeb3b63f1, 0x540005a3, 0xeb10023f, 0x54000569, 0xd284021b, 0xcb3b63f4, 0xa93ffa9d), 32},
+		{"huge frame, window ends in the sequence", word(0xf9400b90, 0xd283f21b, 0xeb3b63f1, 0x540005a3, 0xeb10023f, 0x54000569, 0xd284021b, 0xcb3b63f4), 0},
 		// MOVD.W R30, -32(RSP): no check
 		{"no check", word(0xf81e0ffe, 0xd65f03c0), 0},
 		{"empty", nil, 0},
