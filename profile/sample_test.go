@@ -1,0 +1,214 @@
+package profile
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
+)
+
+// sampleHot samples a program of loops iterations while it runs by
+// test-run for d, on the hot path.
+func sampleHot(t *testing.T, loops uint32, d time.Duration) *Samples {
+	t.Helper()
+	prog := loadHotProgram(t, loops)
+	probetest.CheckLeaks(t, prog)
+	s, err := NewSampler(prog, SampleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for ctx.Err() == nil {
+		runHot(t, prog, 1000)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return s.Samples()
+}
+
+// TestSampler samples the test program while its hot line runs: that line
+// gets at least 80% of the samples in the program, and the table, pprof
+// and folded outputs say so.
+func TestSampler(t *testing.T) {
+	probetest.RequireBPF(t)
+	got := sampleHot(t, 2000, 2*time.Second)
+	t.Logf("%d samples in %s, %d elsewhere, %d lost, in %v", got.Total, got.Program, got.Other, got.Lost, got.Duration)
+	for _, l := range got.Lines {
+		t.Logf("%6d %-6s %s  %s", l.Samples, l.Func, l, strings.TrimSpace(l.Source))
+	}
+	if got.Total < 100 {
+		t.Fatalf("%d samples in the program, want at least 100", got.Total)
+	}
+	hot := got.Lines[0]
+	if !strings.Contains(hot.Source, "the hot line") || hot.Func != "hot" || !strings.HasSuffix(hot.File, "hot.bpf.c") {
+		t.Errorf("hottest line %s in %s: %q, want the hot line", hot, hot.Func, hot.Source)
+	}
+	if share := float64(hot.Samples) / float64(got.Total); share < 0.8 {
+		t.Errorf("the hot line has %.0f%% of the samples, want at least 80%%", 100*share)
+	}
+}
+
+// TestSamplerErrors: a program without line info, and a bad frequency,
+// are refused with errors that say so.
+func TestSamplerErrors(t *testing.T) {
+	probetest.RequireBPF(t)
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SocketFilter,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		License:      "MIT",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	if _, err := NewSampler(prog, SampleOptions{}); !errors.Is(err, ErrNoLineInfo) {
+		t.Errorf("no line info: %v, want ErrNoLineInfo", err)
+	}
+	if _, err := NewSampler(prog, SampleOptions{Frequency: -1}); err == nil {
+		t.Error("frequency -1: no error")
+	}
+}
+
+// TestSamplerOutputs writes a profile of the hot program as pprof and as
+// folded stacks: `go tool pprof -top` puts the hot line first, with its
+// samples, and the folded stacks say the same.
+func TestSamplerOutputs(t *testing.T) {
+	probetest.RequireBPF(t)
+	got := sampleHot(t, 2000, time.Second)
+	if len(got.Lines) == 0 {
+		t.Fatal("no samples")
+	}
+	hot := got.Lines[0]
+
+	var folded strings.Builder
+	if err := got.WriteFolded(&folded); err != nil {
+		t.Fatal(err)
+	}
+	first, _, _ := strings.Cut(folded.String(), "\n")
+	if want := fmt.Sprintf("hot;hot;%s:%d %d", hot.File, hot.Line, hot.Samples); first != want {
+		t.Errorf("folded stacks begin %q, want %q", first, want)
+	}
+
+	path := filepath.Join(t.TempDir(), "hot.pb.gz")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.WritePprof(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if testutil.InGuest() {
+		t.Log("no go tool in a VM guest; the host's run reads the profile with pprof")
+		return
+	}
+	goTool, err := exec.LookPath(filepath.Join(runtime.GOROOT(), "bin", "go"))
+	if err != nil {
+		goTool, err = exec.LookPath("go")
+	}
+	testutil.RequireTool(t, "go", err)
+	out, err := exec.Command(goTool, "tool", "pprof", "-top", "-lines", "-sample_index=samples", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof: %v\n%s", err, out)
+	}
+	t.Logf("go tool pprof -top -lines:\n%s", out)
+	// The first row after the header: flat count, flat%, sum%, cum, cum%,
+	// then the function and its file:line.
+	_, rows, ok := strings.Cut(string(out), "flat  flat%")
+	if !ok {
+		t.Fatalf("no table in pprof's output")
+	}
+	lines := strings.Split(strings.TrimSpace(rows), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(strings.Fields(lines[1])[0], fmt.Sprint(hot.Samples)) ||
+		!strings.Contains(lines[1], fmt.Sprintf("hot %s:%d", hot.File, hot.Line)) {
+		t.Errorf("pprof's top row %q, want %d samples of hot %s:%d", lines[1], hot.Samples, hot.File, hot.Line)
+	}
+}
+
+// TestRingRead feeds a ring records as the kernel writes them, one
+// wrapping around the end of the ring, and a lost-samples record.
+func TestRingRead(t *testing.T) {
+	const size = 128
+	mem := make([]byte, 4096+size)
+	r := &ring{mem: mem, meta: (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0])), data: mem[4096:]}
+	put := func(at uint64, b []byte) {
+		for i, c := range b {
+			r.data[(at+uint64(i))%size] = c
+		}
+	}
+	record := func(typ uint32, words ...uint64) []byte {
+		b := binary.NativeEndian.AppendUint32(nil, typ)
+		b = binary.NativeEndian.AppendUint16(b, 0)
+		b = binary.NativeEndian.AppendUint16(b, uint16(8+8*len(words)))
+		for _, w := range words {
+			b = binary.NativeEndian.AppendUint64(b, w)
+		}
+		return b
+	}
+	// Start near the end so that the third record wraps.
+	tail := uint64(3*size + 100)
+	r.meta.Data_tail = tail
+	var recs []byte
+	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0001000)...)
+	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0001008)...)
+	recs = append(recs, record(unix.PERF_RECORD_LOST, 7, 5)...)
+	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0002000)...)
+	put(tail, recs)
+	r.meta.Data_head = tail + uint64(len(recs))
+
+	var ips []uint64
+	var lost uint64
+	r.read(func(ip uint64) { ips = append(ips, ip) }, func(n uint64) { lost += n })
+	if want := []uint64{0xffffffffc0001000, 0xffffffffc0001008, 0xffffffffc0002000}; !slices.Equal(ips, want) || lost != 5 {
+		t.Errorf("read %#x and %d lost, want %#x and 5", ips, lost, want)
+	}
+	if r.meta.Data_tail != r.meta.Data_head {
+		t.Errorf("tail %d, want the head %d", r.meta.Data_tail, r.meta.Data_head)
+	}
+}
+
+// TestSamplerCopies samples two programs loaded from the same object as
+// one: the samples of both count, on the same lines.
+func TestSamplerCopies(t *testing.T) {
+	probetest.RequireBPF(t)
+	a, b := loadHotProgram(t, 2000), loadHotProgram(t, 2000)
+	probetest.CheckLeaks(t, a, b)
+	s, err := NewSampler(a, SampleOptions{Copies: []*ebpf.Program{b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		runHot(t, b, 1000) // only the copy runs
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Samples()
+	if got.Total < 50 || !strings.Contains(got.Lines[0].Source, "the hot line") {
+		t.Errorf("%d samples, hottest line %v: want the copy's runs on the hot line", got.Total, got.Lines)
+	}
+}
