@@ -50,14 +50,17 @@ func (s *Samples) pprof() []byte {
 	p.bytes(1, valueType("cpu", "nanoseconds"))
 
 	// Functions: the program itself (the root of every stack), then each
-	// BPF function, by name.
-	funcs := map[string]uint64{}
+	// BPF function by name and file: a function's lines can be in several
+	// files (a header's inlined function), and pprof takes a line's file
+	// from its function.
+	type fnKey struct{ name, file string }
+	funcs := map[fnKey]uint64{}
 	function := func(name, file string) uint64 {
-		if id, ok := funcs[name]; ok {
+		if id, ok := funcs[fnKey{name, file}]; ok {
 			return id
 		}
 		id := uint64(len(funcs) + 1)
-		funcs[name] = id
+		funcs[fnKey{name, file}] = id
 		var m pb
 		m.uint(1, id)
 		m.int(2, str(name))

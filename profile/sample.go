@@ -287,20 +287,30 @@ type jitLine struct {
 
 // newJITImage maps the JIT images of a program and of its copies, programs
 // loaded from the same instructions: each copy has its own image and
-// addresses, and the same lines, which are read from the first alone.
+// addresses, and mostly the same lines. Reading a program's lines loads
+// its BTF, so a copy takes the lines read before when it has as many (the
+// thousands of a multiprobe.Link's copies); the kernel's rewrites can add
+// one (a constant where the original reads a BPF cookie).
 func newJITImage(infos []*ebpf.ProgramInfo) (*jitImage, error) {
-	first := infos[0]
-	lineInfos, err := first.LineInfos()
-	if err != nil {
-		return nil, fmt.Errorf("%w (load it from an object compiled with -g): %w", ErrNoLineInfo, err)
-	}
-	funcInfos, _ := first.FuncInfos()
-	lines := make([]jitLine, len(lineInfos))
-	for i, lo := range lineInfos {
-		lines[i].Insn = int(lo.Offset)
-		if lo.Line != nil {
-			lines[i].File, lines[i].Line.Line, lines[i].Column, lines[i].Source = lo.Line.FileName(), int(lo.Line.LineNumber()), int(lo.Line.LineColumn()), lo.Line.Line()
+	funcInfos, _ := infos[0].FuncInfos()
+	tables := map[int][]jitLine{} // by length
+	linesOf := func(info *ebpf.ProgramInfo, n int) ([]jitLine, error) {
+		if lines, ok := tables[n]; ok {
+			return lines, nil
 		}
+		lineInfos, err := info.LineInfos()
+		if err != nil {
+			return nil, fmt.Errorf("%w (load it from an object compiled with -g): %w", ErrNoLineInfo, err)
+		}
+		lines := make([]jitLine, len(lineInfos))
+		for i, lo := range lineInfos {
+			lines[i].Insn = int(lo.Offset)
+			if lo.Line != nil {
+				lines[i].File, lines[i].Line.Line, lines[i].Column, lines[i].Source = lo.Line.FileName(), int(lo.Line.LineNumber()), int(lo.Line.LineColumn()), lo.Line.Line()
+			}
+		}
+		tables[len(lines)] = lines
+		return lines, nil
 	}
 
 	im := &jitImage{}
@@ -322,6 +332,10 @@ func newJITImage(infos []*ebpf.ProgramInfo) (*jitImage, error) {
 			return nil, fmt.Errorf("%w: its JIT addresses read as 0: sample as root, with kernel.kptr_restrict below 2", ErrNotJITed)
 		}
 		jited, _ := info.JitedLineInfos()
+		lines, err := linesOf(info, len(jited))
+		if err != nil {
+			return nil, err
+		}
 		if len(jited) != len(lines) {
 			return nil, fmt.Errorf("%w: %d lines, %d of them placed in the JIT image", ErrNoLineInfo, len(lines), len(jited))
 		}

@@ -30,7 +30,7 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
+		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
 		short: "count calls per function through one uprobe_multi link per binary (root)",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
 or usdt:TARGET:PROVIDER:NAME, with globs, as bpftrace writes them. With a
@@ -46,6 +46,7 @@ own, which is slower to attach, but counts the same.`,
 			"count --args --str 0,1 'usdt:/usr/bin/python3.11:python:function__entry' -- python3.11 -c 'pass'",
 			"count --args --str 0,ret 'uprobe:libc:getenv' 'uretprobe:libc:getenv' -- ls",
 			"count --json --stats 'uprobe:libc.so.6:str*' -- ls /",
+			"count --profile -o count.pb.gz --duration 10 'uprobe:libc.so.6:*'",
 		},
 		run: runCount,
 	}
@@ -83,6 +84,9 @@ type countReport struct {
 	// Stats are the kernel's run-time statistics for the probe program,
 	// with --stats.
 	Stats *progStats `json:"stats,omitempty"`
+	// Profile is the probe program's cost per run and hot lines, with
+	// --profile.
+	Profile *profileReport `json:"profile,omitempty"`
 	// Hits are the hits with their arguments, with --args.
 	Hits        []hitRecord `json:"hits,omitempty"`
 	HitsDropped uint64      `json:"hits_dropped,omitempty"`
@@ -104,6 +108,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	var tf traceFlags
 	tf.register(fs, "sites with the most calls")
 	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
+	profiling := fs.Bool("profile", false, "profile the probe program while it counts: its cost per run and its hot source lines, as the profile command does")
+	var pf profileFlags
+	pf.register(fs)
 	withArgs := fs.Bool("args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	nargs := fs.Int("nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
 	var strs strArgs
@@ -120,6 +127,14 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(strs) > 0 && !*withArgs {
 		return usagef("--str prints arguments: give --args too")
+	}
+	if err := pf.check(); err != nil {
+		return err
+	}
+	if *profiling {
+		tf.profiling = &pf
+	} else if pf.pprof != "" || pf.folded != "" {
+		return usagef("-o and --folded write the probe program's profile: give --profile too")
 	}
 	probes, err := multiprobe.ParseProbes(specs...)
 	if err != nil {
@@ -234,6 +249,10 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		}
 		report.Stats = ps
 	}
+	report.Profile = end.profile
+	if err := pf.write(end.profile); err != nil {
+		return err
+	}
 	if *withArgs {
 		report.Hits = hitLog
 		var d uint64
@@ -270,6 +289,10 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		elapsed.Round(time.Millisecond), features.Path())
 	if s := report.Stats; s != nil {
 		fmt.Fprintf(stdout, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)
+	}
+	if report.Profile != nil {
+		fmt.Fprintln(stdout)
+		report.Profile.writeText(stdout, pf.top)
 	}
 	return end.status()
 }
@@ -308,6 +331,8 @@ type countEnd struct {
 	// code is the command's exit status, as a shell reports it, when it
 	// ended on its own.
 	code int
+	// profile is the probe program's, with --profile.
+	profile *profileReport
 }
 
 // status is multiprobe's exit status for the way counting ended: 128 plus
@@ -331,7 +356,7 @@ func (e countEnd) status() error {
 // outlives it: at the deadline or on a signal it is ended (SIGTERM, then
 // SIGKILL after a grace period), and its Pdeathsig ends it if multiprobe
 // itself is killed. The probes are detached before it returns.
-func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand, pid int, duration time.Duration, stderr io.Writer) (end countEnd, err error) {
+func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand, pid int, duration time.Duration, profiling *profileFlags, stderr io.Writer) (end countEnd, err error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -340,6 +365,19 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		return end, err
 	}
 	defer l.Close()
+	var prof *runningProfile
+	if profiling != nil {
+		// The link's copies of the program run in its place, where
+		// it has any.
+		var copies []*ebpf.Program
+		if progs := l.Programs(); progs[0] != prog {
+			copies = progs
+		}
+		if prof, err = startProfile(prog, copies, profiling.freq); err != nil {
+			return end, fmt.Errorf("--profile: %w", err)
+		}
+		defer prof.close()
+	}
 	start := time.Now()
 	var exited <-chan struct{}
 	switch {
@@ -376,6 +414,11 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		}
 	}
 	end.elapsed = time.Since(start)
+	if prof != nil {
+		if end.profile, err = prof.stop(); err != nil {
+			return end, fmt.Errorf("--profile: %w", err)
+		}
+	}
 	for _, p := range l.Programs() {
 		if st, err := p.Stats(); err == nil {
 			end.stats.RunCount += st.RunCount

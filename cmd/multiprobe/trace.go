@@ -19,6 +19,9 @@ type traceFlags struct {
 	duration secondsFlag
 	top      int
 	asJSON   bool
+	// profiling, where a command sets it, profiles the program while it
+	// runs (count --profile).
+	profiling *profileFlags
 }
 
 // register adds the flags to fs; rows names what --top keeps.
@@ -88,7 +91,7 @@ func newTracer(f *traceFlags, command []string, rawStdout, rawStderr, stdout, st
 // the --pid process exits, --duration passes, or a signal arrives; see
 // countUntil.
 func (t *tracer) run(plan *multiprobe.Plan, prog *ebpf.Program, stderr io.Writer) (countEnd, error) {
-	return countUntil(plan, prog, t.child, t.opts.PID, time.Duration(t.flags.duration), stderr)
+	return countUntil(plan, prog, t.child, t.opts.PID, time.Duration(t.flags.duration), t.flags.profiling, stderr)
 }
 
 // close kills the command if it is still there: it never outlives

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/probetest"
+)
+
+// checkProfile checks a profile of count's program over calls runs: the
+// kernel counted every run, the meter (where the kernel has fentry for
+// it) too, and the samples fell on count's own source lines.
+func checkProfile(t *testing.T, r *profileReport, calls uint64) {
+	t.Helper()
+	if r == nil {
+		t.Fatal("no profile")
+	}
+	t.Logf("%d runs, kernel mean %v; cost %+v (%s); %d samples, %d lines: %+v", r.Runs, r.KernelMean, r.Cost, r.CostError, r.Samples, len(r.Lines), r.Lines)
+	if r.Program != "count_call" || r.Runs != calls {
+		t.Errorf("program %q, %d runs; want count_call, %d", r.Program, r.Runs, calls)
+	}
+	if c := r.Cost; c != nil {
+		if c.Runs != calls || c.P50 <= 0 || c.P95 < c.P50 {
+			t.Errorf("meter: %d runs, p50 %v, p95 %v; want %d runs, 0 < p50 <= p95", c.Runs, c.P50, c.P95, calls)
+		}
+	} else if r.CostError == "" {
+		t.Error("no cost per run, and no reason")
+	}
+	if r.LinesError != "" || r.Samples == 0 || len(r.Lines) == 0 {
+		t.Fatalf("%d samples in %d lines (%s)", r.Samples, len(r.Lines), r.LinesError)
+	}
+	var sum uint64
+	for _, l := range r.Lines {
+		sum += l.Samples
+		if l.Function != "count_call" || !(strings.HasSuffix(l.File, ".c") || strings.HasSuffix(l.File, ".h")) || l.Line <= 0 {
+			t.Errorf("line %+v: want one of count_call's", l)
+		}
+	}
+	if sum != r.Samples {
+		t.Errorf("lines have %d samples, the profile %d", sum, r.Samples)
+	}
+}
+
+// TestCountProfile profiles count's own program while it counts a busy
+// target's 100 functions, with pprof and folded outputs.
+func TestCountProfile(t *testing.T) {
+	probetest.RequireBPF(t)
+	const n, calls = 100, 3000
+	target := testprogs.PrivateTarget(t, n)
+	dir := t.TempDir()
+	pb, folded := filepath.Join(dir, "count.pb.gz"), filepath.Join(dir, "count.folded")
+	out, errOut, code := runCLI(t, "count", "--json", "--profile", "--freq", "9999", "-o", pb, "--folded", folded,
+		"uprobe:"+target+":func_*", "--", target, fmt.Sprint(calls))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r countReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	checkProfile(t, r.Profile, r.Calls)
+	b, err := os.ReadFile(pb)
+	if err != nil || !bytes.HasPrefix(b, []byte{0x1f, 0x8b}) {
+		t.Errorf("pprof file: %v, %d bytes, want gzip", err, len(b))
+	}
+	b, err = os.ReadFile(folded)
+	if err != nil || !strings.HasPrefix(string(b), "count_call;count_call;") {
+		t.Errorf("folded stacks: %v, %q", err, b)
+	}
+
+	// The text form, and -o without --profile.
+	out, errOut, code = runCLI(t, "count", "--profile", "uprobe:"+target+":func_*", "--", target, "300")
+	if code != 0 || !strings.Contains(out, "program count_call") || !strings.Contains(out, "samples in the program") {
+		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
+	}
+	_, errOut, code = runCLI(t, "count", "-o", pb, "uprobe:"+target+":func_*", "--", target, "1")
+	if code != 2 || !strings.Contains(errOut, "give --profile too") {
+		t.Errorf("-o without --profile: exit %d, %s", code, errOut)
+	}
+}
+
+// TestProfileCommand profiles a program that another part of this process
+// attached, by ID and by name, while its target runs.
+func TestProfileCommand(t *testing.T) {
+	probetest.RequireBPF(t)
+	const n = 100
+	target := testprogs.PrivateTarget(t, n)
+	probes, err := multiprobe.ParseProbes("uprobe:" + target + ":func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := multiprobe.Resolve(probes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.Close()
+	c, err := loadCounter(plan, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	l, err := plan.Attach(c.prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	// The copies run where the link has them (no BPF cookies).
+	info, err := l.Programs()[0].Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	cmd := exec.Command(target, "1000000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+
+	out, errOut, code := runCLI(t, "profile", "--json", "--duration", "2", fmt.Sprint(id))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r profileReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.Runs == 0 {
+		t.Errorf("no runs in 2 s of a busy target")
+	}
+	if r.Cost != nil && r.Cost.Runs == 0 {
+		t.Errorf("the meter timed no runs")
+	}
+	if r.Samples == 0 || len(r.Lines) == 0 || r.Lines[0].Function != "count_call" {
+		t.Errorf("%d samples, lines %+v (%s)", r.Samples, r.Lines, r.LinesError)
+	}
+
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		// By name: the program loaded (its copies, where it has any,
+		// are named apart).
+		{[]string{"profile", "--duration", "0.2", "count_call"}, 0, "program count_call"},
+		{[]string{"profile", "no_such_prog_x"}, 1, `no loaded program is named "no_such_prog_x"`},
+		{[]string{"profile", "4294967295"}, 1, "program 4294967295"},
+		{[]string{"profile"}, 2, "want one program"},
+		{[]string{"profile", "--freq", "0", "1"}, 2, "--freq 0"},
+	} {
+		out, errOut, code := runCLI(t, c.args...)
+		if code != c.code || !strings.Contains(out+errOut, c.want) {
+			t.Errorf("%s: exit %d, %s%s; want exit %d and %q", c.args, code, out, errOut, c.code, c.want)
+		}
+	}
+}
