@@ -77,7 +77,11 @@ func NewMeter(prog *ebpf.Program) (*Meter, error) {
 		m.Close()
 		return nil, err
 	}
-	for _, p := range []*ebpf.Program{m.objs.Entry, m.objs.Exit} {
+	// fexit first: attached to a program that is running, an fentry
+	// alone would count runs into depth that no fexit counts out, and
+	// every later run on that CPU would read as nested. An fexit alone
+	// meets depth 0 and does nothing. Close detaches in the reverse order.
+	for _, p := range []*ebpf.Program{m.objs.Exit, m.objs.Entry} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
 			m.Close()
@@ -129,8 +133,8 @@ func (m *Meter) openCounters() error {
 // Close detaches the meter and releases what it holds.
 func (m *Meter) Close() error {
 	var errs []error
-	for _, l := range m.links {
-		errs = append(errs, l.Close())
+	for i := len(m.links) - 1; i >= 0; i-- {
+		errs = append(errs, m.links[i].Close())
 	}
 	m.links = nil
 	errs = append(errs, m.objs.Close())

@@ -3,6 +3,7 @@ package profile
 import (
 	"errors"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -146,6 +147,57 @@ func TestMeter(t *testing.T) {
 	}
 	if p50s[1] < 5*p50s[0] {
 		t.Errorf("ten times the loop moved p50 less overhead from %v to %v: want at least five times", p50s[0], p50s[1])
+	}
+}
+
+// TestMeterWhileRunning attaches a meter to a program that runs all the
+// while, on both CPUs, as a probe on a busy service does: every run it
+// times is a whole one, none reads as nested (this program does not nest),
+// and the runs it saw are fewer than the kernel's, which began first.
+func TestMeterWhileRunning(t *testing.T) {
+	requireTracing(t)
+	testutil.SkipOnMTTCG(t) // it patches the program as it runs
+	prog := loadHotProgram(t, 200)
+	probetest.CheckLeaks(t, prog)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Close()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				prog.Run(&ebpf.RunOptions{Data: make([]byte, 64), Repeat: 50})
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer close(stop)
+	for i := range 5 { // each attach and detach meets runs under way
+		m, err := NewMeter(prog)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		c, err := m.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Runs == 0 || c.Nested != 0 {
+			t.Errorf("attach %d: %d runs timed, %d nested: want some, and none nested", i, c.Runs, c.Nested)
+		}
 	}
 }
 
