@@ -245,7 +245,8 @@ type runningProfile struct {
 	name     string
 	id       ebpf.ProgramID
 	start    time.Time
-	progs    []*ebpf.Program
+	prog     *ebpf.Program
+	progs    []*ebpf.Program // prog, or the copies that run in its place
 	before   []ebpf.ProgramStats
 	stats    io.Closer
 	meter    *profile.Meter
@@ -262,7 +263,7 @@ func startProfile(prog *ebpf.Program, copies []*ebpf.Program, freq int) (*runnin
 	if err != nil {
 		return nil, fmt.Errorf("program info: %w", err)
 	}
-	p := &runningProfile{name: info.Name, progs: []*ebpf.Program{prog}}
+	p := &runningProfile{name: info.Name, prog: prog, progs: []*ebpf.Program{prog}}
 	p.id, _ = info.ID()
 	if len(copies) > 0 {
 		p.progs = copies
@@ -310,7 +311,10 @@ func (p *runningProfile) close() {
 
 // stop ends the profile and reports it.
 func (p *runningProfile) stop() (*profileReport, error) {
-	r := &profileReport{Program: p.name, ID: uint32(p.id), Duration: time.Since(p.start), Frequency: 0}
+	r := &profileReport{Program: p.name, ID: uint32(p.id), Duration: time.Since(p.start)}
+	if len(p.progs) > 1 || p.progs[0] != p.prog {
+		r.Copies = len(p.progs)
+	}
 	for i, q := range p.progs {
 		if st, err := q.Stats(); err == nil {
 			r.Runs += st.RunCount - p.before[i].RunCount
@@ -358,6 +362,10 @@ type profileReport struct {
 	// statistics could not be turned on).
 	Runs       uint64        `json:"runs"`
 	KernelMean time.Duration `json:"kernel_mean_ns"`
+	// Copies is how many copies of the program ran in its place (a
+	// multiprobe.Link's, one per site on a kernel without BPF cookies):
+	// the samples and Runs are all of theirs, Cost the first's alone.
+	Copies int `json:"copies,omitempty"`
 	// Cost is the meter's; CostError says why there is none.
 	Cost      *costReport `json:"cost,omitempty"`
 	CostError string      `json:"cost_error,omitempty"`
@@ -417,7 +425,11 @@ func (r *profileReport) writeText(w io.Writer, top int) {
 	}
 	fmt.Fprintln(w)
 	if c := r.Cost; c != nil {
-		fmt.Fprintf(w, "per run (%d timed): mean %v, p50 %v, p95 %v, p99 %v\n", c.Runs, c.Mean, c.P50, c.P95, c.P99)
+		of := ""
+		if r.Copies > 0 {
+			of = fmt.Sprintf(", in the first of %d copies", r.Copies)
+		}
+		fmt.Fprintf(w, "per run (%d timed%s): mean %v, p50 %v, p95 %v, p99 %v\n", c.Runs, of, c.Mean, c.P50, c.P95, c.P99)
 		counter := func(name string, v *float64) string {
 			if v == nil {
 				return name + " absent (no PMU counter)"
