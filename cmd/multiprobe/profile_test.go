@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
@@ -188,5 +191,29 @@ func TestProfileCommand(t *testing.T) {
 		if code != c.code || !strings.Contains(out+errOut, c.want) {
 			t.Errorf("%s: exit %d, %s%s; want exit %d and %q", c.args, code, out, errOut, c.code, c.want)
 		}
+	}
+}
+
+// TestProfileNoBTF profiles a program loaded without BTF: no cost per run
+// and no lines, each with the reason, and exit status 0.
+func TestProfileNoBTF(t *testing.T) {
+	probetest.RequireBPF(t)
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type:         ebpf.SocketFilter,
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		License:      "MIT",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	info, err := prog.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	out, errOut, code := runCLI(t, "profile", "--duration", "0.1", fmt.Sprint(id))
+	if code != 0 || !strings.Contains(out, "no hot lines: ") || !strings.Contains(out, "no BTF line info") || !strings.Contains(out, "no cost per run: ") {
+		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
 	}
 }
