@@ -16,8 +16,9 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	hotProgHot  = "hot"
-	hotVarLoops = "loops"
+	hotProgHelper = "helper"
+	hotProgHot    = "hot"
+	hotVarLoops   = "loops"
 )
 
 // loadHot returns the embedded CollectionSpec for hot.
@@ -62,7 +63,8 @@ type hotSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type hotProgramSpecs struct {
-	Hot *ebpf.ProgramSpec `ebpf:"hot"`
+	Helper *ebpf.ProgramSpec `ebpf:"helper"`
+	Hot    *ebpf.ProgramSpec `ebpf:"hot"`
 }
 
 // hotMapSpecs contains maps before they are loaded into the kernel.
@@ -115,11 +117,13 @@ type hotVariables struct {
 //
 // It can be passed to loadHotObjects or ebpf.CollectionSpec.LoadAndAssign.
 type hotPrograms struct {
-	Hot *ebpf.Program `ebpf:"hot"`
+	Helper *ebpf.Program `ebpf:"helper"`
+	Hot    *ebpf.Program `ebpf:"hot"`
 }
 
 func (p *hotPrograms) Close() error {
 	return _HotClose(
+		p.Helper,
 		p.Hot,
 	)
 }

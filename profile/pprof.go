@@ -11,7 +11,8 @@ import (
 // WritePprof writes s as a gzipped pprof profile (the protocol buffer of
 // github.com/google/pprof/proto/profile.proto), which `go tool pprof`
 // opens: each sample's stack is the program, then the BPF function and
-// source line it ran, with a count of samples and the CPU time they
+// source line it ran, then the kernel function that line called where
+// the time went there, with a count of samples and the CPU time they
 // stand for. pprof's source view reads the files where the lines name
 // them, relative to where the program was compiled.
 func (s *Samples) WritePprof(w io.Writer) error {
@@ -93,13 +94,31 @@ func (s *Samples) pprof() []byte {
 	}
 	root := "bpf_prog " + s.Program
 	location(1, function(root, ""), s.start, 0)
-	for i, l := range s.Lines {
-		id := uint64(i + 2)
-		location(id, function(l.Func, l.File), l.addr, l.Line)
+	nextID := uint64(2)
+	callees := map[string]uint64{} // kernel function → its location
+	sample := func(n uint64, locs ...uint64) {
 		var m pb
-		m.packed(1, id, 1) // location_id, the leaf first
-		m.packed(2, l.Samples, l.Samples*uint64(s.Period))
+		m.packed(1, locs...) // location_id, the leaf first
+		m.packed(2, n, n*uint64(s.Period))
 		p.bytes(2, m.b)
+	}
+	for _, l := range s.Lines {
+		id := nextID
+		nextID++
+		location(id, function(l.Func, l.File), l.addr, l.Line)
+		if l.Self > 0 {
+			sample(l.Self, id, 1)
+		}
+		for _, c := range l.Callees {
+			cid, ok := callees[c.Func]
+			if !ok {
+				cid = nextID
+				nextID++
+				callees[c.Func] = cid
+				location(cid, function(c.Func, "[kernel]"), 0, 0)
+			}
+			sample(c.Samples, cid, id, 1)
+		}
 	}
 	p.int(9, s.Start.UnixNano())                 // time_nanos
 	p.int(10, int64(s.Duration))                 // duration_nanos
@@ -146,12 +165,19 @@ func (p *pb) packed(field int, vs ...uint64) {
 	p.bytes(field, m.b)
 }
 
-// WriteFolded writes s as folded stacks, a line per source line, as
-// flame graph tools read them: "program;function;file:line count".
+// WriteFolded writes s as folded stacks, as flame graph tools read them:
+// "program;function;file:line count" for a line's own code, and
+// "program;function;file:line;kernel_function count" for what it called.
 func (s *Samples) WriteFolded(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	for _, l := range s.Lines {
-		fmt.Fprintf(bw, "%s;%s;%s %d\n", folded(s.Program), folded(l.Func), folded(l.String()), l.Samples)
+		stack := folded(s.Program) + ";" + folded(l.Func) + ";" + folded(l.String())
+		if l.Self > 0 {
+			fmt.Fprintf(bw, "%s %d\n", stack, l.Self)
+		}
+		for _, c := range l.Callees {
+			fmt.Fprintf(bw, "%s;%s %d\n", stack, folded(c.Func), c.Samples)
+		}
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("profile: writing folded stacks: %w", err)

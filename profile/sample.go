@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,11 +60,18 @@ type Sampler struct {
 
 	mu      sync.Mutex
 	stopped time.Time
-	ips     map[uint64]uint64 // samples in the image by instruction pointer
-	other   uint64            // kernel samples elsewhere
-	lost    uint64            // samples the kernel dropped, the rings full
+	hits    map[hit]uint64 // samples in the program
+	other   uint64         // kernel samples elsewhere
+	lost    uint64         // samples the kernel dropped, the rings full
+	symbols *kernelSymbols // read at the first Samples with callees
 	closed  atomic.Bool
 }
+
+// A hit is where a sample found the program: the address of its code
+// that ran, or that called the kernel function (a helper, a map's
+// lookup) the sample was taken in, then callee, an address in that
+// function; 0 when the program's own code ran.
+type hit struct{ ip, callee uint64 }
 
 // NewSampler starts sampling where prog runs on every CPU. prog stays the
 // caller's. Close stops it and releases what it holds.
@@ -93,7 +101,7 @@ func NewSampler(prog *ebpf.Program, opts SampleOptions) (*Sampler, error) {
 		prog:   info.Name,
 		period: time.Second / time.Duration(freq),
 		image:  image,
-		ips:    make(map[uint64]uint64),
+		hits:   make(map[hit]uint64),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
@@ -146,12 +154,27 @@ func (s *Sampler) readRings() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range s.rings {
-		r.read(func(ip uint64) {
+		r.read(func(ip uint64, chain []uint64) {
 			if s.image.contains(ip) {
-				s.ips[ip]++
-			} else {
-				s.other++
+				s.hits[hit{ip: ip}]++
+				return
 			}
+			// In the kernel: the program called it if a return address
+			// into the program is on the stack. The frame above that is
+			// the function it called, the one above ip.
+			callee := ip
+			for _, a := range chain {
+				if a >= perfContextMax || a == ip {
+					continue // a context marker, or ip again
+				}
+				// a is a return address: the call is before it.
+				if s.image.contains(a - 1) {
+					s.hits[hit{ip: a - 1, callee: callee}]++
+					return
+				}
+				callee = a
+			}
+			s.other++
 		}, func(n uint64) { s.lost += n })
 	}
 }
@@ -210,9 +233,18 @@ func (s *Sampler) Samples() *Samples {
 		line     int
 	}
 	byLine := make(map[key]int) // index in out.Lines
-	for ip, n := range s.ips {
+	calls := make(map[key]map[string]uint64)
+	if s.symbols == nil {
+		for h := range s.hits {
+			if h.callee != 0 {
+				s.symbols = readKernelSymbols()
+				break
+			}
+		}
+	}
+	for h, n := range s.hits {
 		out.Total += n
-		l := s.image.lineAt(ip)
+		l := s.image.lineAt(h.ip)
 		k := key{l.Func, l.File, l.Line.Line}
 		i, ok := byLine[k]
 		if !ok {
@@ -225,6 +257,23 @@ func (s *Sampler) Samples() *Samples {
 			out.Lines[i].Insn, out.Lines[i].addr = l.Insn, l.start
 		}
 		out.Lines[i].Samples += n
+		if h.callee == 0 {
+			out.Lines[i].Self += n
+			continue
+		}
+		if calls[k] == nil {
+			calls[k] = make(map[string]uint64)
+		}
+		calls[k][s.symbols.name(h.callee)] += n
+	}
+	for k, m := range calls {
+		l := &out.Lines[byLine[k]]
+		for name, n := range m {
+			l.Callees = append(l.Callees, Callee{Func: name, Samples: n})
+		}
+		slices.SortFunc(l.Callees, func(a, b Callee) int {
+			return cmp.Or(cmp.Compare(b.Samples, a.Samples), strings.Compare(a.Func, b.Func))
+		})
 	}
 	slices.SortFunc(out.Lines, func(a, b Line) int {
 		return cmp.Or(cmp.Compare(b.Samples, a.Samples), cmp.Compare(a.Insn, b.Insn))
@@ -246,16 +295,28 @@ type Samples struct {
 	start, end uint64 // the JIT image
 }
 
+// Callee is a kernel function a line called (a helper, a map's lookup,
+// a trampoline) and how many samples were taken in it, or in what it
+// called in turn.
+type Callee struct {
+	Func    string // its name in /proc/kallsyms, or its address
+	Samples uint64
+}
+
 // Line is one source line of a sampled program and how often it was
 // found running.
 type Line struct {
-	Func    string // the BPF function (the program's or a subprogram's)
-	File    string // "" where the program has no line info there
-	Line    int
-	Column  int
-	Source  string // the line's text, as the compiler recorded it
-	Insn    int    // the BPF instruction the line starts at
+	Func   string // the BPF function (the program's or a subprogram's)
+	File   string // "" where the program has no line info there
+	Line   int
+	Column int
+	Source string // the line's text, as the compiler recorded it
+	Insn   int    // the BPF instruction the line starts at
+	// Samples are the samples on the line: Self in its own code, the
+	// rest in the kernel functions it called, by Callees.
 	Samples uint64
+	Self    uint64
+	Callees []Callee // most samples first
 
 	addr uint64 // where its code starts in the JIT image
 }
@@ -394,20 +455,33 @@ type ring struct {
 	data []byte
 }
 
-// ringPages is the size of a ring's data area in pages: 16 pages hold
-// 4,096 samples of 16 bytes, four seconds at the highest frequency a
-// kernel takes by default (kernel.perf_event_max_sample_rate), while
-// drain reads every 50 ms.
-const ringPages = 16
+// maxStack is how many frames of a sample's kernel stack are recorded:
+// enough to reach the program from inside the deepest helper, so a
+// record has at most recordMax bytes.
+const (
+	maxStack  = 32
+	recordMax = 8 + 8 + 8 + 8*(maxStack+2) // header, ip, nr, frames and context markers
+)
+
+// perfContextMax is the lowest of the markers a call chain holds between
+// its frames (PERF_CONTEXT_KERNEL and such), which are no addresses.
+const perfContextMax = uint64(1<<64 + unix.PERF_CONTEXT_MAX)
+
+// ringPages is the size of a ring's data area in pages: 64 pages hold
+// 900 samples of the largest size, and thousands of a usual one (a dozen
+// frames), a second at the highest frequency a kernel takes by default
+// (kernel.perf_event_max_sample_rate), while drain reads every 50 ms.
+const ringPages = 64
 
 func openRing(cpu, freq int) (*ring, error) {
 	attr := unix.PerfEventAttr{
 		Type:        unix.PERF_TYPE_SOFTWARE,
 		Config:      unix.PERF_COUNT_SW_CPU_CLOCK,
 		Sample:      uint64(freq),
-		Sample_type: unix.PERF_SAMPLE_IP,
-		// Only the kernel's samples: a BPF program runs there.
-		Bits: unix.PerfBitDisabled | unix.PerfBitFreq | unix.PerfBitExcludeUser | unix.PerfBitExcludeHv,
+		Sample_type: unix.PERF_SAMPLE_IP | unix.PERF_SAMPLE_CALLCHAIN,
+		// Only the kernel's samples and stacks: a BPF program runs there.
+		Bits:             unix.PerfBitDisabled | unix.PerfBitFreq | unix.PerfBitExcludeUser | unix.PerfBitExcludeHv | unix.PerfBitExcludeCallchainUser,
+		Sample_max_stack: maxStack,
 	}
 	attr.Size = uint32(unsafe.Sizeof(attr))
 	fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
@@ -429,13 +503,14 @@ func openRing(cpu, freq int) (*ring, error) {
 	return r, nil
 }
 
-// read hands each sample's instruction pointer to sample and each count
-// of lost samples to lost, and frees what it read.
-func (r *ring) read(sample func(ip uint64), lost func(n uint64)) {
+// read hands each sample's instruction pointer and kernel call chain to
+// sample and each count of lost samples to lost, and frees what it read.
+func (r *ring) read(sample func(ip uint64, chain []uint64), lost func(n uint64)) {
 	head := atomic.LoadUint64(&r.meta.Data_head)
 	tail := r.meta.Data_tail
 	size := uint64(len(r.data))
-	var rec [64]byte
+	var rec [recordMax]byte
+	var chain []uint64
 	for tail < head {
 		// A record may wrap around the end of the ring; copy it out.
 		at := tail % size
@@ -447,8 +522,17 @@ func (r *ring) read(sample func(ip uint64), lost func(n uint64)) {
 		if n <= uint64(len(rec)) {
 			body := r.bytes(rec[:n], at)
 			switch {
-			case typ == unix.PERF_RECORD_SAMPLE && n >= 16:
-				sample(binary.NativeEndian.Uint64(body[8:]))
+			case typ == unix.PERF_RECORD_SAMPLE && n >= 24:
+				// ip, then the call chain: nr, then nr addresses.
+				nr := binary.NativeEndian.Uint64(body[16:])
+				if nr > (n-24)/8 {
+					break
+				}
+				chain = chain[:0]
+				for i := range nr {
+					chain = append(chain, binary.NativeEndian.Uint64(body[24+8*i:]))
+				}
+				sample(binary.NativeEndian.Uint64(body[8:]), chain)
 			case typ == unix.PERF_RECORD_LOST && n >= 24:
 				lost(binary.NativeEndian.Uint64(body[16:]))
 			}

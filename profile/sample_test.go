@@ -67,6 +67,63 @@ func TestSampler(t *testing.T) {
 	}
 }
 
+// TestSamplerCallees samples a program whose time goes to a helper it
+// calls on one line: the samples taken in the kernel's function are that
+// line's, under the function's name, and pprof shows it under the line.
+func TestSamplerCallees(t *testing.T) {
+	probetest.RequireBPF(t)
+	spec, err := loadHot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs hotObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { objs.Close() })
+	probetest.CheckLeaks(t, objs.Helper)
+	s, err := NewSampler(objs.Helper, SampleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		runHot(t, objs.Helper, 1000)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := s.Samples()
+	for _, l := range got.Lines {
+		t.Logf("%6d (self %d) %s %s: %+v", l.Samples, l.Self, l, strings.TrimSpace(l.Source), l.Callees)
+	}
+	if got.Total < 100 {
+		t.Fatalf("%d samples in the program, want at least 100", got.Total)
+	}
+	hot := got.Lines[0]
+	if !strings.Contains(hot.Source, "the helper line") || float64(hot.Samples) < 0.8*float64(got.Total) {
+		t.Fatalf("hottest line %s (%d of %d samples): %q, want the helper line with 80%%", hot, hot.Samples, got.Total, hot.Source)
+	}
+	// The helper behind bpf_get_prandom_u32 is bpf_user_rnd_u32, which
+	// calls prandom_u32_state: named by /proc/kallsyms.
+	var inCallees uint64
+	for _, c := range hot.Callees {
+		inCallees += c.Samples
+	}
+	if inCallees < hot.Samples/2 || len(hot.Callees) == 0 || !strings.Contains(hot.Callees[0].Func, "rnd") {
+		t.Errorf("the helper line: %d of %d samples in callees %+v; want most, in bpf_user_rnd_u32", inCallees, hot.Samples, hot.Callees)
+	}
+	var folded strings.Builder
+	if err := got.WriteFolded(&folded); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("helper;helper;%s;%s %d\n", hot, hot.Callees[0].Func, hot.Callees[0].Samples); !strings.Contains(folded.String(), want) {
+		t.Errorf("folded stacks:\n%s\nwant the line %q", folded.String(), want)
+	}
+}
+
 // TestSamplerErrors: a program without line info, and a bad frequency,
 // are refused with errors that say so.
 func TestSamplerErrors(t *testing.T) {
@@ -149,7 +206,7 @@ func TestSamplerOutputs(t *testing.T) {
 // TestRingRead feeds a ring records as the kernel writes them, one
 // wrapping around the end of the ring, and a lost-samples record.
 func TestRingRead(t *testing.T) {
-	const size = 128
+	const size = 256
 	mem := make([]byte, 4096+size)
 	r := &ring{mem: mem, meta: (*unix.PerfEventMmapPage)(unsafe.Pointer(&mem[0])), data: mem[4096:]}
 	put := func(at uint64, b []byte) {
@@ -167,21 +224,28 @@ func TestRingRead(t *testing.T) {
 		return b
 	}
 	// Start near the end so that the third record wraps.
-	tail := uint64(3*size + 100)
+	tail := uint64(3*size + 200)
 	r.meta.Data_tail = tail
+	kernel := perfContextMax + 0xf7f // PERF_CONTEXT_KERNEL
 	var recs []byte
-	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0001000)...)
-	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0001008)...)
+	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0001000, 2, kernel, 0xffffffffc0001000)...)
+	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffff81000010, 3, kernel, 0xffffffff81000010, 0xffffffffc0001008)...)
 	recs = append(recs, record(unix.PERF_RECORD_LOST, 7, 5)...)
-	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0002000)...)
+	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0002000, 9, 1)...) // nr past the record: dropped
+	recs = append(recs, record(unix.PERF_RECORD_SAMPLE, 0xffffffffc0002000, 0)...)
 	put(tail, recs)
 	r.meta.Data_head = tail + uint64(len(recs))
 
-	var ips []uint64
+	var got []string
 	var lost uint64
-	r.read(func(ip uint64) { ips = append(ips, ip) }, func(n uint64) { lost += n })
-	if want := []uint64{0xffffffffc0001000, 0xffffffffc0001008, 0xffffffffc0002000}; !slices.Equal(ips, want) || lost != 5 {
-		t.Errorf("read %#x and %d lost, want %#x and 5", ips, lost, want)
+	r.read(func(ip uint64, chain []uint64) { got = append(got, fmt.Sprintf("%#x %#x", ip, chain)) }, func(n uint64) { lost += n })
+	want := []string{
+		fmt.Sprintf("0xffffffffc0001000 [%#x 0xffffffffc0001000]", kernel),
+		fmt.Sprintf("0xffffffff81000010 [%#x 0xffffffff81000010 0xffffffffc0001008]", kernel),
+		"0xffffffffc0002000 []",
+	}
+	if !slices.Equal(got, want) || lost != 5 {
+		t.Errorf("read %q and %d lost, want %q and 5", got, lost, want)
 	}
 	if r.meta.Data_tail != r.meta.Data_head {
 		t.Errorf("tail %d, want the head %d", r.meta.Data_tail, r.meta.Data_head)

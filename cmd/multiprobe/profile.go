@@ -344,7 +344,11 @@ func (p *runningProfile) stop() (*profileReport, error) {
 		r.Samples, r.Other, r.Lost = r.samples.Total, r.samples.Other, r.samples.Lost
 		r.Frequency = int(time.Second / r.samples.Period)
 		for _, l := range r.samples.Lines {
-			r.Lines = append(r.Lines, lineReport{Samples: l.Samples, Function: l.Func, File: l.File, Line: l.Line, Source: strings.TrimSpace(l.Source)})
+			lr := lineReport{Samples: l.Samples, Self: l.Self, Function: l.Func, File: l.File, Line: l.Line, Source: strings.TrimSpace(l.Source), Callees: []calleeReport{}}
+			for _, c := range l.Callees {
+				lr.Callees = append(lr.Callees, calleeReport{Function: c.Func, Samples: c.Samples})
+			}
+			r.Lines = append(r.Lines, lr)
 		}
 	} else {
 		r.LinesError = p.lineErr.Error()
@@ -411,11 +415,20 @@ func newCostReport(c profile.Cost) *costReport {
 }
 
 type lineReport struct {
-	Samples  uint64 `json:"samples"`
+	// Samples are the line's: Self in its own code, the rest in the
+	// kernel functions it called (helpers, map lookups), by Callees.
+	Samples  uint64         `json:"samples"`
+	Self     uint64         `json:"self"`
+	Function string         `json:"function"`
+	File     string         `json:"file"`
+	Line     int            `json:"line"`
+	Source   string         `json:"source"`
+	Callees  []calleeReport `json:"callees"`
+}
+
+type calleeReport struct {
 	Function string `json:"function"`
-	File     string `json:"file"`
-	Line     int    `json:"line"`
-	Source   string `json:"source"`
+	Samples  uint64 `json:"samples"`
 }
 
 func (r *profileReport) writeText(w io.Writer, top int) {
@@ -460,5 +473,12 @@ func (r *profileReport) writeText(w io.Writer, top int) {
 			where = fmt.Sprintf("%s %s:%d", l.Function, l.File, l.Line)
 		}
 		fmt.Fprintf(w, "%8d %5.1f%%  %s  %s\n", l.Samples, 100*float64(l.Samples)/float64(r.Samples), where, l.Source)
+		for i, c := range l.Callees {
+			if i == 3 {
+				fmt.Fprintf(w, "%16s  (%d more kernel functions)\n", "", len(l.Callees)-i)
+				break
+			}
+			fmt.Fprintf(w, "%8d %5.1f%%    in %s\n", c.Samples, 100*float64(c.Samples)/float64(r.Samples), c.Function)
+		}
 	}
 }
