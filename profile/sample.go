@@ -297,7 +297,9 @@ type Samples struct {
 
 // Callee is a kernel function a line called (a helper, a map's lookup,
 // a trampoline) and how many samples were taken in it, or in what it
-// called in turn.
+// called in turn. It is the outermost kernel frame the stack shows below
+// the program's: where a leaf function keeps its return address in a
+// register (arm64), a sample in it shows the leaf, not its caller.
 type Callee struct {
 	Func    string // its name in /proc/kallsyms, or its address
 	Samples uint64
