@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Arch is the instruction set a binary's argument strings are written for.
@@ -104,8 +105,10 @@ var x86Slots = map[string]int16{
 
 // x86Regs maps every spelling of a general-purpose register (64, 32, 16
 // and low 8 bits) to its slot. The high-byte registers (%ah...) are left
-// out on purpose: their value is not the low bits of a slot.
-var x86Regs = func() map[string]register {
+// out on purpose: their value is not the low bits of a slot. Built on
+// first use, not at start-up: a program that never decodes an x86
+// argument (multiprobe list) does not pay for its hundred entries.
+var x86Regs = sync.OnceValue(func() map[string]register {
 	m := make(map[string]register)
 	add := func(name, full string, width int) {
 		m[name] = register{name: full, off: x86Slots[full], width: width}
@@ -133,7 +136,7 @@ var x86Regs = func() map[string]register {
 	add("rip", "rip", 8)
 	add("eip", "rip", 4)
 	return m
-}()
+})
 
 // arm64: struct user_pt_regs { u64 regs[31]; u64 sp; u64 pc; u64 pstate; }
 // sits at the start of the kernel's struct pt_regs.

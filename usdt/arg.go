@@ -227,7 +227,7 @@ func x86Reg(s string) (register, error) {
 	if !strings.HasPrefix(s, "%") {
 		return register{}, argError(fmt.Sprintf("%q is not a register", s))
 	}
-	r, ok := x86Regs[s[1:]]
+	r, ok := x86Regs()[s[1:]]
 	if !ok {
 		return register{}, argError(fmt.Sprintf("unknown register %q", s))
 	}
