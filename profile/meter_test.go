@@ -106,11 +106,12 @@ func TestMeter(t *testing.T) {
 	}
 	t.Logf("overhead: %v in each reading, %v added to each run", over.Reading, over.PerRun)
 	const n = 2000
-	var p50s []time.Duration
+	var p50s, kernels []time.Duration
 	for _, loops := range []uint32{2000, 20000} {
 		c, st := measure(t, loops, n)
 		p50, p95, p99 := c.Percentile(0.5), c.Percentile(0.95), c.Percentile(0.99)
 		kernel := st.Runtime / time.Duration(st.RunCount)
+		kernels = append(kernels, kernel)
 		t.Logf("loops %d: %d runs, mean %v, p50 %v, p95 %v, p99 %v, nested %d; kernel: %d runs, mean %v",
 			loops, c.Runs, c.Mean(), p50, p95, p99, c.Nested, st.RunCount, kernel)
 		if c.Runs+c.Nested != n || st.RunCount != n {
@@ -145,8 +146,20 @@ func TestMeter(t *testing.T) {
 		// part of a reading (12 µs) is more than the short loop's.
 		p50s = append(p50s, p50-over.Reading)
 	}
-	if p50s[1] < 5*p50s[0] {
-		t.Errorf("ten times the loop moved p50 less overhead from %v to %v: want at least five times", p50s[0], p50s[1])
+	// Ten times the loop is at least five times the time on a machine.
+	// An emulator can run the longer loop faster an iteration (TCG, 6.1:
+	// the kernel's own means moved 4.3 times): then the meter must move
+	// as the kernel's accounting did, which the test can still tell
+	// from a meter that does not follow the program.
+	moved := float64(p50s[1]) / float64(p50s[0])
+	kernelMoved := float64(kernels[1]-over.PerRun) / float64(kernels[0]-over.PerRun)
+	switch {
+	case kernelMoved >= 5 && moved < 5:
+		t.Errorf("ten times the loop moved p50 less overhead from %v to %v (%.1f times): want at least five times", p50s[0], p50s[1], moved)
+	case kernelMoved < 5 && (moved < 0.7*kernelMoved || moved < 2):
+		t.Errorf("ten times the loop moved p50 less overhead %.1f times and the kernel's mean %.1f: want the meter to follow", moved, kernelMoved)
+	case kernelMoved < 5:
+		t.Logf("ten times the loop moved the kernel's mean only %.1f times (emulation); the meter's p50 moved %.1f times", kernelMoved, moved)
 	}
 }
 
