@@ -37,14 +37,10 @@ type meterObjects struct {
 	Exit  *ebpf.Program `ebpf:"runcost_exit"`
 }
 
+// Close closes what was loaded; a nil program (a load that failed
+// half-way) closes as nothing.
 func (o *meterObjects) Close() error {
-	var errs []error
-	for _, c := range []interface{ Close() error }{o.Entry, o.Exit} {
-		if c != nil && c != (*ebpf.Program)(nil) {
-			errs = append(errs, c.Close())
-		}
-	}
-	return errors.Join(append(errs, o.runcostMaps.Close())...)
+	return errors.Join(o.Entry.Close(), o.Exit.Close(), o.runcostMaps.Close())
 }
 
 // NewMeter attaches a meter to prog. prog stays the caller's; the meter

@@ -94,6 +94,9 @@ func TestCountProfile(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "program count_call") || !strings.Contains(out, "samples in the program") {
 		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
 	}
+	if _, profile, ok := strings.Cut(out, "\nprogram count_call"); ok {
+		t.Logf("count's own profile on this kernel:\nprogram count_call%s", profile)
+	}
 	_, errOut, code = runCLI(t, "count", "-o", pb, "uprobe:"+target+":func_*", "--", target, "1")
 	if code != 2 || !strings.Contains(errOut, "give --profile too") {
 		t.Errorf("-o without --profile: exit %d, %s", code, errOut)
