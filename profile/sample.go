@@ -243,6 +243,17 @@ func (s *Sampler) Samples() *Samples {
 		}
 	}
 	for h, n := range s.hits {
+		var callee string
+		if h.callee != 0 {
+			callee = s.symbols.name(h.callee)
+			// Called from the prologue, the fentry and fexit programs
+			// attached to this one, a Meter's among them: their cost,
+			// not the program's.
+			if strings.HasPrefix(callee, "bpf_trampoline_") {
+				out.Trampolines += n
+				continue
+			}
+		}
 		out.Total += n
 		l := s.image.lineAt(h.ip)
 		k := key{l.Func, l.File, l.Line.Line}
@@ -264,7 +275,7 @@ func (s *Sampler) Samples() *Samples {
 		if calls[k] == nil {
 			calls[k] = make(map[string]uint64)
 		}
-		calls[k][s.symbols.name(h.callee)] += n
+		calls[k][callee] += n
 	}
 	for k, m := range calls {
 		l := &out.Lines[byLine[k]]
@@ -288,9 +299,13 @@ type Samples struct {
 	Start    time.Time
 	Duration time.Duration
 	Total    uint64 // samples in the program
-	Other    uint64 // samples in the kernel elsewhere
-	Lost     uint64 // samples the kernel dropped
-	Lines    []Line // hottest first
+	// Trampolines are the samples in the BPF trampolines the program
+	// calls, which run the fentry and fexit programs attached to it (a
+	// Meter's too): not the program's own cost, and on no line.
+	Trampolines uint64
+	Other       uint64 // samples in the kernel elsewhere
+	Lost        uint64 // samples the kernel dropped
+	Lines       []Line // hottest first
 
 	start, end uint64 // the JIT image
 }

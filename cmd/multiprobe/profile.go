@@ -341,7 +341,7 @@ func (p *runningProfile) stop() (*profileReport, error) {
 			return nil, err
 		}
 		r.samples = p.sampler.Samples()
-		r.Samples, r.Other, r.Lost = r.samples.Total, r.samples.Other, r.samples.Lost
+		r.Samples, r.Trampolines, r.Other, r.Lost = r.samples.Total, r.samples.Trampolines, r.samples.Other, r.samples.Lost
 		r.Frequency = int(time.Second / r.samples.Period)
 		for _, l := range r.samples.Lines {
 			lr := lineReport{Samples: l.Samples, Self: l.Self, Function: l.Func, File: l.File, Line: l.Line, Source: strings.TrimSpace(l.Source), Callees: []calleeReport{}}
@@ -375,11 +375,14 @@ type profileReport struct {
 	CostError string      `json:"cost_error,omitempty"`
 	// Samples are those in the program, Other those in the kernel
 	// elsewhere, Lost those the kernel dropped.
-	Frequency int          `json:"frequency_hz,omitempty"`
-	Samples   uint64       `json:"samples"`
-	Other     uint64       `json:"other_samples"`
-	Lost      uint64       `json:"lost_samples"`
-	Lines     []lineReport `json:"lines"`
+	Frequency int    `json:"frequency_hz,omitempty"`
+	Samples   uint64 `json:"samples"`
+	// Trampolines are the samples in the fentry and fexit programs
+	// attached to the program (the meter's among them), on no line.
+	Trampolines uint64       `json:"trampoline_samples"`
+	Other       uint64       `json:"other_samples"`
+	Lost        uint64       `json:"lost_samples"`
+	Lines       []lineReport `json:"lines"`
 	// LinesError says why there are no lines.
 	LinesError string `json:"lines_error,omitempty"`
 
@@ -458,7 +461,7 @@ func (r *profileReport) writeText(w io.Writer, top int) {
 		fmt.Fprintf(w, "no hot lines: %s\n", r.LinesError)
 		return
 	}
-	fmt.Fprintf(w, "%d samples in the program at %d Hz a CPU (%d in the kernel elsewhere, %d lost)\n\n", r.Samples, r.Frequency, r.Other, r.Lost)
+	fmt.Fprintf(w, "%d samples in the program at %d Hz a CPU (%d in fentry/fexit trampolines attached to it, the meter's among them; %d in the kernel elsewhere; %d lost)\n\n", r.Samples, r.Frequency, r.Trampolines, r.Other, r.Lost)
 	if len(r.Lines) == 0 {
 		return
 	}

@@ -49,6 +49,12 @@ func checkProfile(t *testing.T, r *profileReport, calls uint64) {
 		if l.Function != "count_call" || !(strings.HasSuffix(l.File, ".c") || strings.HasSuffix(l.File, ".h")) || l.Line <= 0 {
 			t.Errorf("line %+v: want one of count_call's", l)
 		}
+		// The meter's trampoline is its cost, not count_call's.
+		for _, c := range l.Callees {
+			if strings.HasPrefix(c.Function, "bpf_trampoline_") {
+				t.Errorf("line %s:%d calls %s: trampolines count apart", l.File, l.Line, c.Function)
+			}
+		}
 	}
 	if sum != r.Samples {
 		t.Errorf("lines have %d samples, the profile %d", sum, r.Samples)
