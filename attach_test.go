@@ -17,6 +17,7 @@ import (
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/usdt"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -438,6 +439,8 @@ func TestErrors(t *testing.T) {
 		{"exact name missing", "uprobe:" + target + ":func_00001,no_such_func", nil, elfsym.ErrNoMatch, "no_such_func"},
 		{"no such pid", "uprobe:" + target + ":func_*", &multiprobe.Options{PID: 1 << 22}, unix.ESRCH, "does not exist"},
 		{"fifo", "uprobe:" + fifo + ":f", nil, elfsym.ErrNotRegular, fifo},
+		{"usdt not ELF", "usdt:" + notELF + ":p:n", nil, usdt.ErrNotELF, notELF},
+		{"usdt no notes", "usdt:" + target + ":p:n", nil, usdt.ErrNoProbes, target},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -452,6 +455,11 @@ func TestErrors(t *testing.T) {
 			}
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.contains) {
 				t.Errorf("error %q: want %v, mentioning %q", err, tt.want, tt.contains)
+			}
+			// Resolve reads the file it opened through that descriptor;
+			// the user named it by its path.
+			if strings.Contains(err.Error(), "/proc/self/fd") {
+				t.Errorf("error %q names the descriptor, not the file", err)
 			}
 		})
 	}

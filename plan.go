@@ -92,10 +92,6 @@ type openFile struct {
 	st   unix.Stat_t // at Resolve
 }
 
-// procPath names the open file for the parsers, so that they read the
-// inode that Resolve opened whatever happens to its path.
-func (o *openFile) procPath() string { return fmt.Sprintf("/proc/self/fd/%d", o.f.Fd()) }
-
 // changed reports whether the file was modified in place since Resolve.
 func (o *openFile) changed() error {
 	var st unix.Stat_t
@@ -198,8 +194,8 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 		} else {
 			f := syms[of.real]
 			if f == nil {
-				if f, err = elfsym.Open(of.procPath()); err != nil {
-					return nil, fmt.Errorf("probe %s: %s: %w", p, of.path, err)
+				if f, err = elfsym.OpenFile(of.f); err != nil {
+					return nil, fmt.Errorf("probe %s: %w", p, err)
 				}
 				syms[of.real] = f
 			}

@@ -16,13 +16,15 @@ type usdtArgs struct {
 // open file of. Each site's spec is decoded now, when the host can use it,
 // so that attaching only hands out ids.
 func resolveUSDT(of *openFile, p *Probe) ([]Site, error) {
-	f, err := usdt.Open(of.procPath())
+	// The parsers read the file Resolve opened, whatever has happened to
+	// its path since, and name it as the probe does.
+	f, err := usdt.OpenFile(of.f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", of.path, err)
+		return nil, err
 	}
 	probes, err := f.Probes(p.Patterns[0])
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", of.path, err)
+		return nil, err
 	}
 	var sites []Site
 	for _, pr := range probes {

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/multiprobe/multiprobe/internal/elfimage"
 	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/glob"
 )
 
 var (
 	// ErrNotELF is returned for a file that is not an ELF file at all.
-	ErrNotELF = errors.New("not an ELF file")
+	ErrNotELF = elfimage.ErrNotELF
 	// ErrUnsupported is returned for an ELF file of a kind elfsym does not
 	// read: 32-bit, big-endian, or not an executable or shared object.
 	ErrUnsupported = errors.New("unsupported ELF file")
@@ -45,9 +46,10 @@ type NoMatchError struct {
 	Patterns    []string // the patterns as given
 	Searched    int      // how many function symbols were searched
 	Suggestions []string // the closest names, best first, at most a few
-	// Stripped reports that the file has no symbol table at all (nor a
-	// Go .gopclntab); otherwise Searched == 0 means tables without
-	// functions, as in a data-only library.
+	// Stripped reports that the file has no .symtab (nor a Go
+	// .gopclntab): only the functions its .dynsym exports, if any, were
+	// searched. Otherwise Searched == 0 means tables without functions,
+	// as in a data-only library.
 	Stripped bool
 }
 
@@ -61,8 +63,12 @@ func (e *NoMatchError) Error() string {
 		fmt.Fprintf(&b, " (closest: %s)", strings.Join(e.Suggestions, ", "))
 	}
 	switch {
+	case e.Stripped && e.Searched == 0:
+		b.WriteString(" (the file is stripped: it has no .symtab, and its .dynsym, if any, exports no function)")
 	case e.Stripped:
-		b.WriteString(" (the file has no symbol table: is it stripped?)")
+		// Debian's binaries are: a static function is in the debug
+		// file, which multiprobe does not read.
+		b.WriteString(" (the file is stripped: only the functions its .dynsym exports were searched)")
 	case e.Searched == 0:
 		b.WriteString(" (its symbol tables name no functions: a data-only file?)")
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
+	"strings"
 
 	"github.com/multiprobe/multiprobe/elfsym"
 )
@@ -82,4 +84,36 @@ func ExampleFile_Select() {
 	// pthread_mutex_lock true
 	// pthread_mutex_clocklock true
 	// pthread_mutex_unlock true
+}
+
+// Open the binary once and read it through that descriptor, so that the
+// symbols resolved are those of the file later handed to the kernel (as
+// /proc/self/fd/N), even if the path is replaced in between. Errors still
+// name the path.
+func ExampleOpenFile() {
+	path, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fd, err := os.Open(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer fd.Close()
+	f, err := elfsym.OpenFile(fd)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+
+	sites, err := f.Resolve("malloc")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(sites[0].Name)
+	_, err = f.Resolve("no_such_function")
+	fmt.Println(strings.HasPrefix(err.Error(), path+": "))
+	// Output:
+	// malloc
+	// true
 }

@@ -68,15 +68,24 @@ func Open(path string) (*File, error) {
 		}
 		return nil, err
 	}
-	keep := false
-	defer func() {
-		if !keep {
-			fd.Close()
-		}
-	}()
+	defer fd.Close()
+	return OpenFile(fd)
+}
+
+// OpenFile is Open for a file the caller has open already, named in errors
+// and Sites by fd.Name(). It reads the inode fd refers to, whatever has
+// happened to its path since: a caller that opened a binary once, to check
+// it and to hand it to the kernel, resolves that very file. fd stays the
+// caller's to close, as soon as OpenFile returns if it likes: the File
+// keeps a descriptor of its own where it needs one.
+func OpenFile(fd *os.File) (*File, error) {
+	path := fd.Name()
 	st, err := fd.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w", path, fds.ErrNotRegular)
 	}
 	size := st.Size()
 	if size < 64 {
@@ -93,21 +102,30 @@ func Open(path string) (*File, error) {
 	}
 	f, err := newFile(path, data)
 	if err == nil {
-		err = f.narrow(int(fd.Fd()))
+		if err = f.narrow(int(fd.Fd())); err != nil {
+			err = fmt.Errorf("mmap %s: %w", path, err)
+		}
 	}
 	// The tables have mappings of their own now, or there was an error.
-	if uerr := unix.Munmap(data); err == nil {
-		err = uerr
+	if uerr := unix.Munmap(data); err == nil && uerr != nil {
+		err = fmt.Errorf("munmap %s: %w", path, uerr)
+	}
+	if err == nil && f.goCode != nil {
+		// Read through a descriptor, not a mapping: see narrow. A
+		// duplicate, so that the caller may close fd.
+		var dup int
+		if dup, err = unix.FcntlInt(fd.Fd(), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			f.goCode = os.NewFile(uintptr(dup), path)
+		} else {
+			err = fmt.Errorf("dup %s: %w", path, err)
+		}
 	}
 	if err != nil {
 		if f != nil {
+			f.goCode = nil // still the mapping's reader: nothing to close
 			f.Close()
 		}
-		return nil, fmt.Errorf("mmap %s: %w", path, err)
-	}
-	if f.goCode != nil {
-		// Read through the descriptor, not a mapping: see narrow.
-		f.goCode, keep = fd, true
+		return nil, err
 	}
 	return f, nil
 }
@@ -162,6 +180,17 @@ func (f *File) release() error {
 		errs = append(errs, unix.Munmap(m))
 	}
 	return errors.Join(errs...)
+}
+
+// stripped reports whether the file has no .symtab and no .gopclntab, so
+// that only what .dynsym exports can be found.
+func (f *File) stripped() bool {
+	for _, t := range f.tables {
+		if !t.dynamic {
+			return false
+		}
+	}
+	return f.pclntab == nil
 }
 
 // IsGo reports whether the file is a Go program, whose functions' entry

@@ -5,12 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/multiprobe/multiprobe/internal/fds"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
@@ -140,23 +142,140 @@ func TestProcRootConfined(t *testing.T) {
 
 func openConfined(path string) (*os.File, error) { return fds.OpenRegular(path) }
 
-// TestNoFunctionsMessage tells a file without symbol tables from one whose
-// tables name no functions (a data-only library).
+// TestNoFunctionsMessage tells a stripped file (no .symtab: only what its
+// .dynsym exports can be found) from one whose tables name no functions
+// (a data-only library).
 func TestNoFunctionsMessage(t *testing.T) {
 	gcc, err := exec.LookPath("gcc")
 	testutil.RequireTool(t, "gcc", err)
+	strip, err := exec.LookPath("strip")
+	testutil.RequireTool(t, "strip", err)
 	dir := t.TempDir()
-	src := filepath.Join(dir, "data.c")
-	if err := os.WriteFile(src, []byte("int data_only = 1;\n"), 0o644); err != nil {
+	build := func(name, src string, strips bool, args ...string) string {
+		c := filepath.Join(dir, name+".c")
+		if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, name)
+		if msg, err := exec.Command(gcc, append(args, "-o", out, c)...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc: %v\n%s", err, msg)
+		}
+		if strips {
+			if msg, err := exec.Command(strip, out).CombinedOutput(); err != nil {
+				t.Fatalf("strip: %v\n%s", err, msg)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name     string
+		path     string
+		stripped bool
+		searched bool // some function was searched
+		says     string
+	}{
+		{"data-only library", build("libdata.so", "int data_only = 1;\n", false, "-shared", "-fPIC", "-nostdlib"),
+			false, false, "data-only"},
+		{"stripped program that only imports", build("imports", "#include <stdio.h>\nint main(void) { return puts(\"x\"); }\n", true),
+			true, false, "exports no function"},
+		{"stripped library", build("libexports.so", "static int hidden(int x) { return x + 1; }\nint exported(int x) { return hidden(x); }\n", true, "-shared", "-fPIC"),
+			true, true, "only the functions its .dynsym exports"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Resolve(tc.path, "hidden")
+			var nm *NoMatchError
+			if !errors.As(err, &nm) {
+				t.Fatalf("got %v, want a NoMatchError", err)
+			}
+			if nm.Stripped != tc.stripped || (nm.Searched > 0) != tc.searched || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("got %v (Stripped %v, Searched %d), want Stripped %v, some searched %v, and a message saying %q",
+					err, nm.Stripped, nm.Searched, tc.stripped, tc.searched, tc.says)
+			}
+			if !strings.HasPrefix(err.Error(), tc.path+": ") {
+				t.Errorf("%v: want the message to start with the file's path", err)
+			}
+		})
+	}
+}
+
+// TestOpenFile checks that OpenFile reads the file its descriptor refers
+// to, not what its path names by then, that errors name the path the file
+// was opened by, and that a Go program's File outlives the caller's
+// descriptor.
+func TestOpenFile(t *testing.T) {
+	fx := buildFixtures(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "target")
+	data, err := os.ReadFile(fx.pie)
+	if err != nil {
 		t.Fatal(err)
 	}
-	lib := filepath.Join(dir, "libdata.so")
-	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-nostdlib", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	_, err = Resolve(lib, "f*")
-	var nm *NoMatchError
-	if !errors.As(err, &nm) || nm.Stripped || !strings.Contains(err.Error(), "data-only") {
-		t.Errorf("data-only library: %v, want a no-match error that says it names no functions", err)
+	fd, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	// Another file renamed over the path: the descriptor keeps the first.
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sites, err := f.Resolve("func_*")
+	if err != nil || len(sites) != 3 {
+		t.Fatalf("Resolve(func_*): %v, %v; want the fixture's 3 functions", sites, err)
+	}
+	if _, err := f.Resolve("no_such_func"); !errors.Is(err, ErrNoMatch) || !strings.HasPrefix(err.Error(), path+": ") {
+		t.Errorf("no match: %v; want ErrNoMatch naming %s", err, path)
+	}
+
+	d, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := OpenFile(d); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("a directory: %v; want ErrNotRegular naming %s", err, dir)
+	}
+
+	goPath, err := testprogs.BuildGoTarget(runtime.GOARCH, false)
+	if errors.Is(err, os.ErrNotExist) {
+		testutil.RequireTool(t, "go", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	gofd, err := os.Open(goPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := OpenFile(gofd)
+	gofd.Close() // the File reads Go code through a descriptor of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	gs, err := g.Resolve(testprogs.GoTargetFuncs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, s := range gs {
+		if s.Moved == MovedGoStackCheck {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Errorf("no Go entry moved past its stack check: %v", gs)
 	}
 }

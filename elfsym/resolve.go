@@ -153,7 +153,7 @@ func (f *File) Select(patterns ...string) (*Selection, error) {
 	r.scan()
 	if r.n == 0 && !r.overflow {
 		return nil, &NoMatchError{Path: f.path, Patterns: patterns, Searched: r.searched, Suggestions: r.suggest(),
-			Stripped: len(f.tables) == 0 && f.pclntab == nil}
+			Stripped: f.stripped()}
 	}
 	if r.overflow {
 		return nil, fmt.Errorf("%s: %w: the selected symbols' names exceed 4 GiB", f.path, ErrUnsupported)
@@ -1199,7 +1199,7 @@ func (r *resolver) checkExact() (dropped bool, err error) {
 			// rather than attach the others and say nothing.
 			return false, &NoMatchError{Path: r.f.path, Patterns: []string{np.src}, Searched: r.searched,
 				Suggestions: (&resolver{f: r.f, m: &matcher{incl: []namePattern{*np}}}).suggest(),
-				Stripped:    len(r.f.tables) == 0 && r.f.pclntab == nil}
+				Stripped:    r.f.stripped()}
 		}
 		if len(strong) > 1 {
 			r.aliases() // for the sites' names

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -20,6 +21,9 @@ var (
 	// ErrNoProbes: the file has no USDT probes, or none matching the
 	// pattern.
 	ErrNoProbes = errors.New("no matching USDT probes")
+	// ErrNotELF: the file is not an ELF file at all. It is
+	// elfsym.ErrNotELF.
+	ErrNotELF = elfimage.ErrNotELF
 	// ErrMalformedNote: a .note.stapsdt note is truncated, inconsistent or
 	// points outside the binary's loadable segments.
 	ErrMalformedNote = errors.New("malformed USDT note")
@@ -86,6 +90,20 @@ func Open(path string) (*File, error) {
 		return nil, fmt.Errorf("usdt: %w", err)
 	}
 	defer fd.Close()
+	return OpenFile(fd)
+}
+
+// OpenFile is Open for a file the caller has open already, named in errors
+// and in File.Path by fd.Name(). It reads the inode fd refers to, whatever
+// has happened to its path since, and keeps nothing open: fd stays the
+// caller's to close.
+func OpenFile(fd *os.File) (*File, error) {
+	path := fd.Name()
+	// debug/elf would say "bad magic number '[35 33 47 98]'".
+	var magic [4]byte
+	if n, _ := fd.ReadAt(magic[:], 0); n < len(magic) || string(magic[:]) != elf.ELFMAG {
+		return nil, fmt.Errorf("usdt: %s: %w", path, ErrNotELF)
+	}
 	ef, err := elf.NewFile(fd)
 	if err != nil {
 		return nil, fmt.Errorf("usdt: %s: %w", path, err)

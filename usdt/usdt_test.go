@@ -211,8 +211,48 @@ func TestNoNotes(t *testing.T) {
 	if _, err := f.Probes("*"); !errors.Is(err, ErrNoProbes) {
 		t.Fatalf("Probes: %v, want ErrNoProbes", err)
 	}
-	if _, err := Open("testdata/usdt_test.bpf.c"); err == nil {
-		t.Fatal("Open of a C source file succeeded")
+	if _, err := Open("testdata/usdt_test.bpf.c"); !errors.Is(err, ErrNotELF) {
+		t.Fatalf("Open of a C source file: %v, want ErrNotELF", err)
+	}
+}
+
+// TestOpenFile checks that OpenFile reads the file its descriptor refers
+// to, not what its path names by then, and names it by that path.
+func TestOpenFile(t *testing.T) {
+	tg := buildTargets(t)
+	data, err := os.ReadFile(tg.exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "target")
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Path != path {
+		t.Errorf("Path = %q, want %q", f.Path, path)
+	}
+	if probes, err := f.Probes("mptest:sema"); err != nil || len(probes) != 1 {
+		t.Errorf("Probes(mptest:sema) = %v, %v; want the target's one probe", probes, err)
+	}
+	if _, err := f.Probes("mptest:nothing"); !errors.Is(err, ErrNoProbes) || !strings.Contains(err.Error(), path) {
+		t.Errorf("no match: %v; want ErrNoProbes naming %s", err, path)
 	}
 }
 
@@ -383,6 +423,9 @@ func TestErrorsNamePath(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), c.path) {
 			t.Errorf("%s: %q does not name %s", c.name, err, c.path)
+		}
+		if c.name == "not ELF" && !errors.Is(err, ErrNotELF) {
+			t.Errorf("%s: %v, want ErrNotELF", c.name, err)
 		}
 	}
 }

@@ -13,6 +13,10 @@ import (
 	"fmt"
 )
 
+// ErrNotELF: the file is not an ELF file at all. Packages elfsym and usdt
+// export it, so that errors.Is tells it with either one's name.
+var ErrNotELF = errors.New("not an ELF file")
+
 // ErrTruncated: a PT_LOAD segment reaches past the end of the file, so
 // addresses in it would get offsets the kernel refuses.
 var ErrTruncated = errors.New("PT_LOAD segment past the end of the file")
