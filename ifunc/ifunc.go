@@ -35,27 +35,33 @@ func Resolve(path string, resolvers []uint64) ([]uint64, error) {
 		return nil, fmt.Errorf("ifunc: %w", err)
 	}
 	defer ef.Close()
-	return resolve(path, ef, resolvers)
+	out, whys, err := resolve(path, ef, resolvers)
+	if err != nil {
+		return nil, err
+	}
+	return out, errors.Join(whys...)
 }
 
-// resolve is Resolve for the library at path, already open as ef.
-func resolve(path string, ef *elf.File, resolvers []uint64) ([]uint64, error) {
+// resolve is Resolve for the library at path, already open as ef. Where
+// a resolver's result is not in the library, its entry of out is 0 and
+// its entry of whys says why; err is for a failure of the whole call.
+func resolve(path string, ef *elf.File, resolvers []uint64) (out []uint64, whys []error, err error) {
 	// A PIE is ET_DYN too; it says so in DT_FLAGS_1. (libc.so.6 has an
 	// interpreter, and runs, but is a library.)
 	flags, _ := ef.DynValue(elf.DT_FLAGS_1)
 	if ef.Type != elf.ET_DYN || (len(flags) > 0 && flags[0]&uint64(elf.DF_1_PIE) != 0) {
-		return nil, fmt.Errorf("ifunc: %s: %w: not a shared library (an executable's resolvers run only in the executable)", path, ErrUnsupported)
+		return nil, nil, fmt.Errorf("ifunc: %s: %w: not a shared library (an executable's resolvers run only in the executable)", path, ErrUnsupported)
 	}
 	if ef.Machine != hostMachine {
-		return nil, fmt.Errorf("ifunc: %s: %w: a %s library on a %s machine", path, ErrUnsupported, ef.Machine, hostMachine)
+		return nil, nil, fmt.Errorf("ifunc: %s: %w: a %s library on a %s machine", path, ErrUnsupported, ef.Machine, hostMachine)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		return nil, fmt.Errorf("ifunc: %w", err)
+		return nil, nil, fmt.Errorf("ifunc: %w", err)
 	}
 	helper, err := exec.LookPath("true")
 	if err != nil {
-		return nil, fmt.Errorf("ifunc: %w: no true(1) to load %s into: %w", ErrUnsupported, path, err)
+		return nil, nil, fmt.Errorf("ifunc: %w: no true(1) to load %s into: %w", ErrUnsupported, path, err)
 	}
 
 	// ptrace requests must come from the thread that started the tracee.
@@ -65,7 +71,7 @@ func resolve(path string, ef *elf.File, resolvers []uint64) ([]uint64, error) {
 	cmd.Env = []string{"LD_PRELOAD=" + path, "PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("ifunc: starting %s: %w", helper, err)
+		return nil, nil, fmt.Errorf("ifunc: starting %s: %w", helper, err)
 	}
 	pid := cmd.Process.Pid
 	defer func() {
@@ -74,34 +80,64 @@ func resolve(path string, ef *elf.File, resolvers []uint64) ([]uint64, error) {
 		unix.Wait4(pid, &ws, 0, nil)
 	}()
 	if err := waitStop(pid, unix.SIGTRAP); err != nil { // the exec
-		return nil, fmt.Errorf("ifunc: %s: %w", helper, err)
+		return nil, nil, fmt.Errorf("ifunc: %s: %w", helper, err)
 	}
 	if err := runToEntry(pid); err != nil {
-		return nil, fmt.Errorf("ifunc: %s with %s preloaded: %w", helper, path, err)
+		return nil, nil, fmt.Errorf("ifunc: %s with %s preloaded: %w", helper, path, err)
 	}
 	bias, lo, hi, err := loadBias(pid, &st, ef)
 	if err != nil {
-		return nil, fmt.Errorf("ifunc: %s in %s: %w", path, helper, err)
+		return nil, nil, fmt.Errorf("ifunc: %s in %s: %w", path, helper, err)
 	}
 	hwcap, _ := auxv(pid, atHWCap)
 	var saved unix.PtraceRegs
 	if err := unix.PtraceGetRegs(pid, &saved); err != nil {
-		return nil, fmt.Errorf("ifunc: %w", err)
+		return nil, nil, fmt.Errorf("ifunc: %w", err)
 	}
-	out := make([]uint64, len(resolvers))
-	var errs []error
+	out, whys = make([]uint64, len(resolvers)), make([]error, len(resolvers))
 	for i, r := range resolvers {
 		got, err := call(pid, &saved, bias+r, hwcap)
 		switch {
 		case err != nil:
-			return nil, fmt.Errorf("ifunc: %s: calling the resolver at %#x: %w", path, r, err)
+			return nil, nil, fmt.Errorf("ifunc: %s: calling the resolver at %#x: %w", path, r, err)
 		case got < lo || got >= hi:
-			errs = append(errs, fmt.Errorf("ifunc: %s: the resolver at %#x returned %#x, outside the library", path, r, got))
+			// gettimeofday's, for one, picks the vDSO's, which no
+			// uprobe reaches: it is no file's code.
+			whys[i] = fmt.Errorf("ifunc: %s: the resolver at %#x returned %#x, in %s, not in the library", path, r, got, mappingAt(pid, got))
 		default:
 			out[i] = got - bias
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, whys, nil
+}
+
+// mappingAt names the mapping of process pid that holds addr, as
+// /proc/PID/maps does ("[vdso]", a path), or says there is none.
+func mappingAt(pid int, addr uint64) string {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return "a mapping that could not be read"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// start-end perms offset dev inode path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		start, end, _ := strings.Cut(fields[0], "-")
+		s, _ := strconv.ParseUint(start, 16, 64)
+		e, _ := strconv.ParseUint(end, 16, 64)
+		if addr < s || addr >= e {
+			continue
+		}
+		if len(fields) < 6 {
+			return "an anonymous mapping"
+		}
+		return strings.Join(fields[5:], " ")
+	}
+	return "no mapping"
 }
 
 // waitStop waits for the tracee to stop with sig.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -117,5 +118,45 @@ func baseName(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
 func TestResolveRefusesExecutable(t *testing.T) {
 	if _, err := ifunc.Resolve("/bin/true", []uint64{0x1000}); err == nil {
 		t.Fatal("resolving an executable's IFUNCs succeeded")
+	}
+}
+
+// TestSitesVDSO: glibc's time and gettimeofday on x86-64 are IFUNCs whose
+// resolvers pick the vDSO's code, which no uprobe reaches. Sites keeps
+// each resolver and says, for that site alone and on one line, where its
+// implementation is.
+func TestSitesVDSO(t *testing.T) {
+	probetest.RequireRoot(t)
+	libc, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sites, err := elfsym.Resolve(libc, "time", "gettimeofday", "strlen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets, moved := ifunc.Sites(libc, sites)
+	vdso := 0
+	for i, s := range sites {
+		t.Logf("%s: %s", s.Name, moved[i])
+		if strings.Contains(moved[i], "\n") {
+			t.Errorf("%s: Moved runs over lines: %q", s.Name, moved[i])
+		}
+		if !strings.HasPrefix(moved[i], ifunc.NotMoved) {
+			continue
+		}
+		if offsets[i] != s.Offset {
+			t.Errorf("%s: not moved, yet offset %#x, not the resolver's %#x", s.Name, offsets[i], s.Offset)
+		}
+		// Each says which resolver it is about, and no other.
+		if !strings.Contains(moved[i], fmt.Sprintf("resolver at %#x", s.Address)) || strings.Count(moved[i], "resolver at") != 1 {
+			t.Errorf("%s: %q, want its own resolver (%#x) named, once", s.Name, moved[i], s.Address)
+		}
+		if strings.Contains(moved[i], "[vdso]") {
+			vdso++
+		}
+	}
+	if runtime.GOARCH == "amd64" && vdso != 2 {
+		t.Errorf("%d sites say their implementation is in [vdso], want time and gettimeofday's", vdso)
 	}
 }

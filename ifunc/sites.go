@@ -48,7 +48,7 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 		return offsets, moved
 	}
 	defer ef.Close()
-	impls, err := resolve(path, ef, resolvers)
+	impls, whys, err := resolve(path, ef, resolvers)
 	code, _ := os.Open(path) // for where on an implementation to probe
 	if code != nil {
 		defer code.Close()
@@ -60,7 +60,11 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 		}
 		if !ok {
 			why := err
-			if why == nil {
+			switch {
+			case why != nil:
+			case whys[j] != nil:
+				why = whys[j]
+			default:
 				why = fmt.Errorf("implementation %#x is in no executable segment", impls[j])
 			}
 			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: %v)", NotMoved, why)
