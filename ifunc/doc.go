@@ -12,4 +12,14 @@
 // debugger does, reading the implementation's address from the result
 // register. The helper runs the library's constructors, as any program
 // that loads it would, and is killed after. No cgo is needed.
+//
+// The resolvers and constructors are the library's code, so the helper
+// runs them with no more rights than whoever could have written the file:
+// started by root, it runs a user's library as that user, and a library
+// others may write as nobody. It loads the file multiprobe opened and
+// checked, through an inherited descriptor, not its path. A library in
+// another process's root (/proc/PID/root/..., a container's) is not run
+// on the host at all: ResolveIn reads what that process's own loader
+// chose, from the GOT slots of the library's IRELATIVE relocations in the
+// process's memory.
 package ifunc

@@ -13,8 +13,33 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"golang.org/x/sys/unix"
 )
+
+// nobody is the user and group of a helper that runs code nobody vouches
+// for.
+const nobody = 65534
+
+// helperCredential is who the helper runs the library's code as: its
+// resolvers and constructors can do anything their user can. multiprobe
+// is often root, and a library is not always root's: run as root, a
+// user's library, or a container's, would be a way to root. So the code
+// runs as the file's owner; a root-owned file that others may write, as
+// nobody; a root-owned file only root may write, as root, which could
+// have run it anyway. Without root, as multiprobe's own user, whose
+// capabilities exec drops.
+func helperCredential(st *unix.Stat_t) *syscall.Credential {
+	switch {
+	case os.Geteuid() != 0:
+		return nil
+	case st.Uid != 0:
+		return &syscall.Credential{Uid: st.Uid, Gid: nobody, Groups: []uint32{}}
+	case st.Mode&0o022 != 0:
+		return &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}}
+	}
+	return nil
+}
 
 // ErrUnsupported is returned for a file or machine Resolve cannot run
 // resolvers for: an executable (it would have to run the program itself),
@@ -30,22 +55,26 @@ func Resolve(path string, resolvers []uint64) ([]uint64, error) {
 	if len(resolvers) == 0 {
 		return nil, nil
 	}
-	ef, err := elf.Open(path)
+	f, err := fds.OpenRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("ifunc: %w", err)
 	}
-	defer ef.Close()
-	out, whys, err := resolve(path, ef, resolvers)
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("ifunc: %s: %w", path, err)
+	}
+	out, whys, err := resolve(path, f, ef, resolvers)
 	if err != nil {
 		return nil, err
 	}
 	return out, errors.Join(whys...)
 }
 
-// resolve is Resolve for the library at path, already open as ef. Where
-// a resolver's result is not in the library, its entry of out is 0 and
-// its entry of whys says why; err is for a failure of the whole call.
-func resolve(path string, ef *elf.File, resolvers []uint64) (out []uint64, whys []error, err error) {
+// resolve is Resolve for the library at path, open as f and read as ef.
+// Where a resolver's result is not in the library, its entry of out is 0
+// and its entry of whys says why; err is for a failure of the whole call.
+func resolve(path string, f *os.File, ef *elf.File, resolvers []uint64) (out []uint64, whys []error, err error) {
 	// A PIE is ET_DYN too; it says so in DT_FLAGS_1. (libc.so.6 has an
 	// interpreter, and runs, but is a library.)
 	flags, _ := ef.DynValue(elf.DT_FLAGS_1)
@@ -56,8 +85,8 @@ func resolve(path string, ef *elf.File, resolvers []uint64) (out []uint64, whys 
 		return nil, nil, fmt.Errorf("ifunc: %s: %w: a %s library on a %s machine", path, ErrUnsupported, ef.Machine, hostMachine)
 	}
 	var st unix.Stat_t
-	if err := unix.Stat(path, &st); err != nil {
-		return nil, nil, fmt.Errorf("ifunc: %w", err)
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
 	}
 	helper, err := exec.LookPath("true")
 	if err != nil {
@@ -68,8 +97,12 @@ func resolve(path string, ef *elf.File, resolvers []uint64) (out []uint64, whys 
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	cmd := exec.Command(helper)
-	cmd.Env = []string{"LD_PRELOAD=" + path, "PATH=/usr/bin:/bin"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL}
+	// The helper loads the very file f is, through the descriptor it
+	// inherits as fd 3: a file swapped in at path since cannot be run
+	// with the owner's rights that were checked (helperCredential).
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.Env = []string{"LD_PRELOAD=/proc/self/fd/3", "PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true, Pdeathsig: syscall.SIGKILL, Credential: helperCredential(&st)}
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("ifunc: starting %s: %w", helper, err)
 	}
@@ -86,6 +119,9 @@ func resolve(path string, ef *elf.File, resolvers []uint64) (out []uint64, whys 
 		return nil, nil, fmt.Errorf("ifunc: %s with %s preloaded: %w", helper, path, err)
 	}
 	bias, lo, hi, err := loadBias(pid, &st, ef)
+	if errors.Is(err, errNotMapped) {
+		err = errors.New("not mapped by the helper: the loader did not preload it (is it readable by all?)")
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %s in %s: %w", path, helper, err)
 	}
@@ -247,7 +283,7 @@ func loadBias(pid int, st *unix.Stat_t, ef *elf.File) (bias, lo, hi uint64, err 
 		return 0, 0, 0, err
 	}
 	if !found || base == 0 {
-		return 0, 0, 0, errors.New("not mapped by the helper: the loader did not preload it")
+		return 0, 0, 0, errNotMapped
 	}
 	// The mapping at file offset 0 holds the first PT_LOAD segment.
 	bias = base
@@ -259,6 +295,9 @@ func loadBias(pid int, st *unix.Stat_t, ef *elf.File) (bias, lo, hi uint64, err 
 	}
 	return bias, lo, hi, nil
 }
+
+// errNotMapped: the process maps no part of the library.
+var errNotMapped = errors.New("not mapped")
 
 // Auxiliary vector keys (<elf.h>).
 const (

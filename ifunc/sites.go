@@ -3,9 +3,11 @@ package ifunc
 import (
 	"debug/elf"
 	"fmt"
-	"os"
+	"strconv"
+	"strings"
 
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/fds"
 )
 
 // What Sites says of an IFUNC site, in its Moved.
@@ -21,7 +23,9 @@ const (
 
 // Sites returns where to probe each of sites, resolved in the shared
 // library at path: an IFUNC site's implementation on this machine (see
-// Resolve and Entry), any other site's Offset; and, per site, what was
+// Resolve and Entry; for a library in another process's root,
+// /proc/PID/root/..., the one process PID's loader chose, see ResolveIn),
+// any other site's Offset; and, per site, what was
 // done, in the terms of elfsym.Site.Moved (a site that is not an IFUNC
 // keeps its own). Where an implementation cannot be found, the resolver
 // stays and Moved says why: a probe that attaches fewer functions than
@@ -40,18 +44,29 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 	if len(idx) == 0 {
 		return offsets, moved
 	}
-	ef, err := elf.Open(path)
+	// Confined to a process's root if path is in one (fds.OpenRegular).
+	code, err := fds.OpenRegular(path)
+	var ef *elf.File
+	if err == nil {
+		defer code.Close()
+		ef, err = elf.NewFile(code)
+	}
 	if err != nil {
 		for _, i := range idx {
-			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: %v)", NotMoved, err)
+			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: ifunc: %v)", NotMoved, err)
 		}
 		return offsets, moved
 	}
-	defer ef.Close()
-	impls, whys, err := resolve(path, ef, resolvers)
-	code, _ := os.Open(path) // for where on an implementation to probe
-	if code != nil {
-		defer code.Close()
+	var impls []uint64
+	var whys []error
+	if root, _, ok := fds.SplitProcRoot(path); ok && root != "/proc/self/root" {
+		// Another process's root: a container's library, whose code
+		// runs in the container and nowhere else. Its process has
+		// loaded it, or will not run it.
+		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(root, "/proc/"), "/root"))
+		impls, whys, err = resolveIn(pid, path, resolvers)
+	} else {
+		impls, whys, err = resolve(path, code, ef, resolvers)
 	}
 	for j, i := range idx {
 		off, ok := uint64(0), impls != nil && impls[j] != 0
@@ -71,13 +86,11 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 			continue
 		}
 		moved[i] = fmt.Sprintf("%s (resolver at %#x)", Moved, sites[i].Offset)
-		if code != nil {
-			buf := make([]byte, EntryWindow)
-			n, _ := code.ReadAt(buf, int64(off))
-			if skip, why := Entry(ef.Machine, buf[:n]); skip > 0 {
-				off += uint64(skip)
-				moved[i] += ", " + why
-			}
+		buf := make([]byte, EntryWindow)
+		n, _ := code.ReadAt(buf, int64(off))
+		if skip, why := Entry(ef.Machine, buf[:n]); skip > 0 {
+			off += uint64(skip)
+			moved[i] += ", " + why
 		}
 		offsets[i] = off
 	}

@@ -1,0 +1,253 @@
+package ifunc_test
+
+import (
+	"bufio"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/ifunc"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
+)
+
+// canarySource is a library with an IFUNC whose constructor writes the
+// user it runs as to the file MARKER. It calls the IFUNC through a hidden
+// alias, as glibc does its own: through an IRELATIVE relocation.
+const canarySource = `#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int impl(void) { return 42; }
+static int (*resolve_canary(void))(void) { return impl; }
+int canary(void) __attribute__((ifunc("resolve_canary")));
+__attribute__((visibility("hidden"))) int canary_local(void) __attribute__((ifunc("resolve_canary")));
+int call_canary(void) { return canary_local(); }
+
+__attribute__((constructor)) static void mark(void)
+{
+	char buf[16];
+	int fd = open(MARKER, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+	if (fd >= 0) {
+		int n = snprintf(buf, sizeof buf, "%d", (int)geteuid());
+		write(fd, buf, n);
+		close(fd);
+	}
+}
+`
+
+// buildCanary builds the canary library at lib, its constructor writing to
+// marker (a path as the process that loads it sees it).
+func buildCanary(t *testing.T, lib, marker string) {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	testutil.RequireTool(t, "gcc", err)
+	src := filepath.Join(t.TempDir(), "canary.c")
+	if err := os.WriteFile(src, []byte(canarySource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(gcc, "-shared", "-fPIC", "-O1", fmt.Sprintf("-DMARKER=%q", marker), "-o", lib, src)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+}
+
+// resolverOf returns the address of the IFUNC symbol name in lib.
+func resolverOf(t *testing.T, lib, name string) uint64 {
+	t.Helper()
+	sites, err := elfsym.Resolve(lib, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sites[0].Type != elf.STT_GNU_IFUNC {
+		t.Fatalf("%s in %s is not an IFUNC", name, lib)
+	}
+	return sites[0].Address
+}
+
+// TestHelperUser checks who the helper runs a library's code as when
+// multiprobe is root: a library's owner, or nobody for a root-owned file
+// that others may write; root only for a file only root may write.
+func TestHelperUser(t *testing.T) {
+	probetest.RequireRoot(t)
+	// Readable and writable by any user the helper may run as.
+	dir, err := os.MkdirTemp("", "ifunc-helper-user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		uid  int
+		mode os.FileMode
+		want int // the user the constructor ran as
+	}{
+		{"root's", 0, 0o755, 0},
+		{"a user's", 4321, 0o755, 4321},
+		{"root's, writable by all", 0, 0o777, 65534},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lib := filepath.Join(dir, fmt.Sprintf("libcanary-%d-%o.so", tc.uid, tc.mode))
+			marker := lib + ".marker"
+			buildCanary(t, lib, marker)
+			if err := os.Chown(lib, tc.uid, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(lib, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			impls, err := ifunc.Resolve(lib, []uint64{resolverOf(t, lib, "canary")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if impls[0] == 0 {
+				t.Error("no implementation")
+			}
+			got, err := os.ReadFile(marker)
+			if err != nil {
+				t.Fatalf("the constructor left no mark: %v", err)
+			}
+			if uid, _ := strconv.Atoi(string(got)); uid != tc.want {
+				t.Errorf("the library's code ran as user %s, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestSitesInRoot resolves IFUNCs of libraries inside another process's
+// root, as for a container: the implementations must be those that
+// process's loader chose, read from its memory, and none of the
+// libraries' code may run outside the container.
+func TestSitesInRoot(t *testing.T) {
+	probetest.RequireRoot(t) // chroot
+	target := testprogs.IFuncTarget(t)
+	libc, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var interp string
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			p.ReadAt(b, 0)
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	ef.Close()
+	if interp == "" {
+		t.Fatal("the target has no PT_INTERP")
+	}
+	// The container: copies of the target, its loader and libc at the
+	// paths they have here, and the canary library.
+	root := t.TempDir()
+	copyIn := func(path, in string) {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, in)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyIn(target, "/target")
+	copyIn(interp, interp)
+	copyIn(libc, libc)
+	// Its constructor marks a file at this path inside the container; run
+	// on the host, it would mark the same path here.
+	marker := fmt.Sprintf("/ifunc-canary-%d", os.Getpid())
+	t.Cleanup(func() { os.Remove(marker) })
+	buildCanary(t, filepath.Join(root, "libcanary.so"), marker)
+
+	cmd := exec.Command("/target", "-wait", "0")
+	cmd.Env = []string{"LD_PRELOAD=/libcanary.so"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	inRoot := fmt.Sprintf("/proc/%d/root", pid)
+	if _, err := os.Stat(filepath.Join(root, marker)); err != nil {
+		t.Fatalf("the container's own process did not run the canary: %v", err)
+	}
+
+	// libc: strlen, strchr, memcpy, as the target printed them.
+	path := inRoot + libc
+	sites, err := elfsym.Resolve(path, "strlen", "strchr", "memcpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets, moved := ifunc.Sites(path, sites)
+	base := libcBase(t, pid, libc)
+	printed := strings.Fields(line)
+	for i, name := range []string{"strlen", "strchr", "memcpy"} {
+		addr, err := strconv.ParseUint(strings.TrimPrefix(printed[i], "0x"), 16, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, s := range sites {
+			if !hasName(s, name) || s.Type != elf.STT_GNU_IFUNC {
+				continue
+			}
+			t.Logf("%s: %s", name, moved[j])
+			// Sites may step past an instruction uprobes refuse
+			// (ifunc.Entry), by less than EntryWindow.
+			if want := addr - base; offsets[j] < want || offsets[j]-want >= ifunc.EntryWindow {
+				t.Errorf("%s: offset %#x, the container's loader chose %#x (%s)", name, offsets[j], want, moved[j])
+			}
+			if !strings.HasPrefix(moved[j], ifunc.Moved) {
+				t.Errorf("%s: %s", name, moved[j])
+			}
+		}
+	}
+
+	// The canary: found through its IRELATIVE slot, and never run here.
+	path = inRoot + "/libcanary.so"
+	sites, err = elfsym.Resolve(path, "canary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets, moved = ifunc.Sites(path, sites)
+	if !strings.HasPrefix(moved[0], ifunc.Moved) || offsets[0] == sites[0].Offset {
+		t.Errorf("canary: offset %#x (resolver %#x): %s", offsets[0], sites[0].Offset, moved[0])
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the container's library ran on the host: %s exists", marker)
+	}
+}
+
+func hasName(s elfsym.Site, name string) bool {
+	for _, n := range append([]string{s.Name}, s.Aliases...) {
+		if base, _, _ := strings.Cut(n, "@"); base == name {
+			return true
+		}
+	}
+	return false
+}
