@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"github.com/multiprobe/multiprobe/internal/fds"
 	"golang.org/x/sys/unix"
@@ -88,6 +89,10 @@ func resolve(path string, f *os.File, ef *elf.File, resolvers []uint64) (out []u
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
 	}
+	id, err := mapsID(f)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
+	}
 	helper, err := exec.LookPath("true")
 	if err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %w: no true(1) to load %s into: %w", ErrUnsupported, path, err)
@@ -118,7 +123,7 @@ func resolve(path string, f *os.File, ef *elf.File, resolvers []uint64) (out []u
 	if err := runToEntry(pid); err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %s with %s preloaded: %w", helper, path, err)
 	}
-	bias, lo, hi, err := loadBias(pid, &st, ef)
+	bias, lo, hi, err := loadBias(pid, id, ef)
 	if errors.Is(err, errNotMapped) {
 		err = errors.New("not mapped by the helper: the loader did not preload it (is it readable by all?)")
 	}
@@ -236,11 +241,56 @@ func auxv(pid int, key uint64) (uint64, error) {
 	return 0, fmt.Errorf("auxiliary vector has no entry %d", key)
 }
 
+// A fileID is a file as /proc/PID/maps names it: device and inode.
+type fileID struct {
+	dev string // "maj:min", in hexadecimal
+	ino uint64
+}
+
+// mapsID returns the device and inode that /proc/PID/maps shows for a
+// mapping of f, found by mapping a page of it here. fstat can differ: on
+// overlayfs (a container's files) before Linux 6.8, maps shows the
+// underlying layer's device where fstat shows the overlay's.
+func mapsID(f *os.File) (fileID, error) {
+	page := os.Getpagesize()
+	m, err := unix.Mmap(int(f.Fd()), 0, page, unix.PROT_READ, unix.MAP_PRIVATE)
+	if err != nil {
+		return fileID{}, fmt.Errorf("mapping it: %w", err)
+	}
+	defer unix.Munmap(m)
+	at := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(m))))
+	maps, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return fileID{}, err
+	}
+	defer maps.Close()
+	sc := bufio.NewScanner(maps)
+	for sc.Scan() {
+		// start-end perms offset dev inode path
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		start, end, _ := strings.Cut(fields[0], "-")
+		s, _ := strconv.ParseUint(start, 16, 64)
+		e, _ := strconv.ParseUint(end, 16, 64)
+		if at >= s && at < e {
+			ino, err := strconv.ParseUint(fields[4], 10, 64)
+			return fileID{dev: fields[3], ino: ino}, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fileID{}, err
+	}
+	return fileID{}, errors.New("its mapping is not in /proc/self/maps")
+}
+
 // loadBias returns what the loader added to the library's virtual
-// addresses in the tracee, and the range its mappings span there. The
-// library is the file of st, found by device and inode, so that a path
-// through a symlink or /proc/PID/root is found too.
-func loadBias(pid int, st *unix.Stat_t, ef *elf.File) (bias, lo, hi uint64, err error) {
+// addresses in process pid, and the range its mappings span there. The
+// library is the file id names, found by device and inode as maps shows
+// them (mapsID), so that a path through a symlink or /proc/PID/root is
+// found too.
+func loadBias(pid int, id fileID, ef *elf.File) (bias, lo, hi uint64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
 		return 0, 0, 0, err
@@ -254,14 +304,7 @@ func loadBias(pid int, st *unix.Stat_t, ef *elf.File) (bias, lo, hi uint64, err 
 		if len(fields) < 5 {
 			continue
 		}
-		inode, _ := strconv.ParseUint(fields[4], 10, 64)
-		maj, min, ok := strings.Cut(fields[3], ":")
-		if !ok || inode != st.Ino {
-			continue
-		}
-		ma, _ := strconv.ParseUint(maj, 16, 32)
-		mi, _ := strconv.ParseUint(min, 16, 32)
-		if unix.Mkdev(uint32(ma), uint32(mi)) != st.Dev {
+		if inode, _ := strconv.ParseUint(fields[4], 10, 64); inode != id.ino || fields[3] != id.dev {
 			continue
 		}
 		start, end, _ := strings.Cut(fields[0], "-")

@@ -8,7 +8,6 @@ import (
 	"os"
 
 	"github.com/multiprobe/multiprobe/internal/fds"
-	"golang.org/x/sys/unix"
 )
 
 // ResolveIn is Resolve for the copy of the shared library at path that
@@ -40,8 +39,8 @@ func resolveIn(pid int, path string, resolvers []uint64) (out []uint64, whys []e
 		return nil, nil, fmt.Errorf("ifunc: %w", err)
 	}
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+	id, err := mapsID(f)
+	if err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
 	}
 	ef, err := elf.NewFile(f)
@@ -52,7 +51,7 @@ func resolveIn(pid int, path string, resolvers []uint64) (out []uint64, whys []e
 	if err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
 	}
-	bias, lo, hi, err := loadBias(pid, &st, ef)
+	bias, lo, hi, err := loadBias(pid, id, ef)
 	if errors.Is(err, errNotMapped) {
 		return nil, nil, fmt.Errorf("ifunc: %s: process %d does not map it", path, pid)
 	}

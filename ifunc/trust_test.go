@@ -3,6 +3,7 @@ package ifunc_test
 import (
 	"bufio"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -129,9 +130,12 @@ func TestHelperUser(t *testing.T) {
 // TestSitesInRoot resolves IFUNCs of libraries inside another process's
 // root, as for a container: the implementations must be those that
 // process's loader chose, read from its memory, and none of the
-// libraries' code may run outside the container.
+// libraries' code may run outside the container. The root is a plain
+// directory, and an overlayfs mount as containers' are: before Linux 6.8,
+// /proc/PID/maps shows such a file's lower layer's device, not the one
+// fstat gives.
 func TestSitesInRoot(t *testing.T) {
-	probetest.RequireRoot(t) // chroot
+	probetest.RequireRoot(t) // chroot, mount
 	target := testprogs.IFuncTarget(t)
 	libc, err := elfsym.LookPath("libc.so.6")
 	if err != nil {
@@ -153,94 +157,130 @@ func TestSitesInRoot(t *testing.T) {
 	if interp == "" {
 		t.Fatal("the target has no PT_INTERP")
 	}
-	// The container: copies of the target, its loader and libc at the
-	// paths they have here, and the canary library.
-	root := t.TempDir()
-	copyIn := func(path, in string) {
-		t.Helper()
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(root, in)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyIn(target, "/target")
-	copyIn(interp, interp)
-	copyIn(libc, libc)
-	// Its constructor marks a file at this path inside the container; run
-	// on the host, it would mark the same path here.
-	marker := fmt.Sprintf("/ifunc-canary-%d", os.Getpid())
-	t.Cleanup(func() { os.Remove(marker) })
-	buildCanary(t, filepath.Join(root, "libcanary.so"), marker)
-
-	cmd := exec.Command("/target", "-wait", "0")
-	cmd.Env = []string{"LD_PRELOAD=/libcanary.so"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	inRoot := fmt.Sprintf("/proc/%d/root", pid)
-	if _, err := os.Stat(filepath.Join(root, marker)); err != nil {
-		t.Fatalf("the container's own process did not run the canary: %v", err)
-	}
-
-	// libc: strlen, strchr, memcpy, as the target printed them.
-	path := inRoot + libc
-	sites, err := elfsym.Resolve(path, "strlen", "strchr", "memcpy")
-	if err != nil {
-		t.Fatal(err)
-	}
-	offsets, moved := ifunc.Sites(path, sites)
-	base := libcBase(t, pid, libc)
-	printed := strings.Fields(line)
-	for i, name := range []string{"strlen", "strchr", "memcpy"} {
-		addr, err := strconv.ParseUint(strings.TrimPrefix(printed[i], "0x"), 16, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j, s := range sites {
-			if !hasName(s, name) || s.Type != elf.STT_GNU_IFUNC {
-				continue
+	for _, overlay := range []bool{false, true} {
+		t.Run(map[bool]string{false: "directory", true: "overlayfs"}[overlay], func(t *testing.T) {
+			// The container: copies of the target, its loader and libc
+			// at the paths they have here, and the canary library.
+			layer := t.TempDir()
+			copyIn := func(path, in string) {
+				t.Helper()
+				data, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				dst := filepath.Join(layer, in)
+				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(dst, data, 0o755); err != nil {
+					t.Fatal(err)
+				}
 			}
-			t.Logf("%s: %s", name, moved[j])
-			// Sites may step past an instruction uprobes refuse
-			// (ifunc.Entry), by less than EntryWindow.
-			if want := addr - base; offsets[j] < want || offsets[j]-want >= ifunc.EntryWindow {
-				t.Errorf("%s: offset %#x, the container's loader chose %#x (%s)", name, offsets[j], want, moved[j])
+			copyIn(target, "/target")
+			copyIn(interp, interp)
+			copyIn(libc, libc)
+			// Its constructor marks a file at this path inside the
+			// container; run on the host, it would mark the same path
+			// here.
+			marker := fmt.Sprintf("/ifunc-canary-%d", os.Getpid())
+			t.Cleanup(func() { os.Remove(marker) })
+			buildCanary(t, filepath.Join(layer, "libcanary.so"), marker)
+			root := layer
+			if overlay {
+				root = mountOverlay(t, layer)
 			}
-			if !strings.HasPrefix(moved[j], ifunc.Moved) {
-				t.Errorf("%s: %s", name, moved[j])
+
+			cmd := exec.Command("/target", "-wait", "0")
+			cmd.Env = []string{"LD_PRELOAD=/libcanary.so"}
+			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+			stdin, _ := cmd.StdinPipe()
+			stdout, _ := cmd.StdoutPipe()
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
 			}
+			defer func() { stdin.Close(); cmd.Wait() }()
+			line, err := bufio.NewReader(stdout).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid := cmd.Process.Pid
+			inRoot := fmt.Sprintf("/proc/%d/root", pid)
+			if _, err := os.Stat(filepath.Join(root, marker)); err != nil {
+				t.Fatalf("the container's own process did not run the canary: %v", err)
+			}
+
+			// libc: strlen, strchr, memcpy, as the target printed them.
+			path := inRoot + libc
+			sites, err := elfsym.Resolve(path, "strlen", "strchr", "memcpy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			offsets, moved := ifunc.Sites(path, sites)
+			base := libcBase(t, pid, libc)
+			printed := strings.Fields(line)
+			for i, name := range []string{"strlen", "strchr", "memcpy"} {
+				addr, err := strconv.ParseUint(strings.TrimPrefix(printed[i], "0x"), 16, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, s := range sites {
+					if !hasName(s, name) || s.Type != elf.STT_GNU_IFUNC {
+						continue
+					}
+					t.Logf("%s: %s", name, moved[j])
+					// Sites may step past an instruction uprobes
+					// refuse (ifunc.Entry), by less than EntryWindow.
+					if want := addr - base; offsets[j] < want || offsets[j]-want >= ifunc.EntryWindow {
+						t.Errorf("%s: offset %#x, the container's loader chose %#x (%s)", name, offsets[j], want, moved[j])
+					}
+					if !strings.HasPrefix(moved[j], ifunc.Moved) {
+						t.Errorf("%s: %s", name, moved[j])
+					}
+				}
+			}
+
+			// The canary: found through its IRELATIVE slot, and never
+			// run here.
+			path = inRoot + "/libcanary.so"
+			sites, err = elfsym.Resolve(path, "canary")
+			if err != nil {
+				t.Fatal(err)
+			}
+			offsets, moved = ifunc.Sites(path, sites)
+			if !strings.HasPrefix(moved[0], ifunc.Moved) || offsets[0] == sites[0].Offset {
+				t.Errorf("canary: offset %#x (resolver %#x): %s", offsets[0], sites[0].Offset, moved[0])
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Errorf("the container's library ran on the host: %s exists", marker)
+			}
+		})
+	}
+}
+
+// mountOverlay mounts an overlayfs with lower as its only lower layer and
+// returns where, unmounted at the end of the test.
+func mountOverlay(t *testing.T, lower string) string {
+	t.Helper()
+	dir := t.TempDir()
+	upper, work, merged := filepath.Join(dir, "upper"), filepath.Join(dir, "work"), filepath.Join(dir, "merged")
+	for _, d := range []string{upper, work, merged} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
 		}
 	}
-
-	// The canary: found through its IRELATIVE slot, and never run here.
-	path = inRoot + "/libcanary.so"
-	sites, err = elfsym.Resolve(path, "canary")
-	if err != nil {
-		t.Fatal(err)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	if err := syscall.Mount("overlay", merged, "overlay", 0, opts); err != nil {
+		if errors.Is(err, syscall.ENODEV) && testutil.InGuest() {
+			t.Skip("this test VM's kernel has no overlayfs; the host runs this test")
+		}
+		t.Fatalf("mount overlay: %v", err)
 	}
-	offsets, moved = ifunc.Sites(path, sites)
-	if !strings.HasPrefix(moved[0], ifunc.Moved) || offsets[0] == sites[0].Offset {
-		t.Errorf("canary: offset %#x (resolver %#x): %s", offsets[0], sites[0].Offset, moved[0])
-	}
-	if _, err := os.Stat(marker); err == nil {
-		t.Errorf("the container's library ran on the host: %s exists", marker)
-	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(merged, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", merged, err)
+		}
+	})
+	return merged
 }
 
 func hasName(s elfsym.Site, name string) bool {
