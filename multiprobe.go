@@ -100,8 +100,9 @@ type Options struct {
 	// IFuncResolvers probes an IFUNC symbol (glibc's strlen, memcpy, ...)
 	// where its symbol points: at the resolver, which the loader runs once
 	// per process to choose an implementation. By default the site is that
-	// implementation, the one this machine's loader chooses (see
-	// Site.Moved).
+	// implementation, the one this machine's loader chooses, or for a
+	// library in a process's root (Options.PID, a container), the one that
+	// process's loader chose (see package ifunc and Site.Moved).
 	IFuncResolvers bool
 	// GoKernelReturns makes a uretprobe spec on a Go program use the
 	// kernel's return probe, as on any other binary, and allows sessions
