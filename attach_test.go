@@ -17,11 +17,11 @@ import (
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/elfsym"
-	"github.com/multiprobe/multiprobe/usdt"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/probetest"
+	"github.com/multiprobe/multiprobe/usdt"
 )
 
 // paths returns the attach paths to test on this kernel: its own, checked
