@@ -1,13 +1,19 @@
 package multiprobe_test
 
 import (
+	"bufio"
 	"debug/elf"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -70,6 +76,89 @@ func TestIFunc(t *testing.T) {
 					}
 				}
 			})
+		}
+	})
+}
+
+// TestIFuncInRoot is TestIFunc for a process in another root, as a
+// container's: Options.PID finds libc in the process's root, and the
+// implementations are those its loader chose, read from its memory (no
+// helper runs the container's libc). Both attach paths.
+func TestIFuncInRoot(t *testing.T) {
+	const n = 5000
+	target := testprogs.IFuncTarget(t)
+	libc, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := elf.Open(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var interp string
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			p.ReadAt(b, 0)
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	ef.Close()
+	root := t.TempDir()
+	for _, f := range [][2]string{{target, "/target"}, {interp, interp}, {libc, libc}} {
+		data, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(root, f[1])
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		cmd := exec.Command("/target", "-wait", fmt.Sprint(n))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		stdin, _ := cmd.StdinPipe()
+		stdout, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer stdin.Close()
+		// The first line comes once the loader has relocated libc.
+		out := bufio.NewReader(stdout)
+		if _, err := out.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+		c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid}, []string{"uprobe:libc.so.6:strlen,strchr,memcpy"})
+		l := mustAttach(t, plans[0], c.CountEntry)
+		stdin.Write([]byte("go\n"))
+		stdin.Close()
+		io.Copy(io.Discard, out)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%s: %v", target, err)
+		}
+		sites := l.Sites()
+		counts, err := testprogs.ReadArray(c.Counts, len(sites))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cookie, s := range sites {
+			if !strings.HasPrefix(s.Path, fmt.Sprintf("/proc/%d/root/", cmd.Process.Pid)) {
+				t.Errorf("%s: path %s, want it in the process's root", s.Name, s.Path)
+			}
+			ok := counts[cookie] >= n
+			if s.Symbol.Type == elf.STT_GNU_IFUNC {
+				ok = ok && strings.HasPrefix(s.Moved, ifunc.Moved)
+			}
+			if !ok {
+				t.Errorf("%s at %#x (%s): %d calls, want at least %d", s.Name, s.Offset, s.Moved, counts[cookie], n)
+			} else {
+				t.Logf("%s at %#x (%s): %d calls", s.Name, s.Offset, s.Moved, counts[cookie])
+			}
 		}
 	})
 }
