@@ -677,34 +677,7 @@ func TestPIDRoot(t *testing.T) {
 func testPIDRoot(t *testing.T, f kernelprobe.Features) {
 	const n, calls = 5, 3
 	target := testprogs.PrivateTarget(t, n)
-	root := t.TempDir()
-	// The target and what the loader needs, at their own paths in root.
-	files := []string{target}
-	out, err := exec.Command("ldd", target).Output()
-	if err != nil {
-		testutil.RequireTool(t, "ldd", err)
-	}
-	for _, field := range strings.Fields(string(out)) {
-		if strings.HasPrefix(field, "/") {
-			files = append(files, field)
-		}
-	}
-	for _, src := range files {
-		dst := filepath.Join(root, src)
-		if src == target {
-			dst = filepath.Join(root, "app/bin/target")
-		}
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := testprogs.Root(t, target, "/app/bin/target")
 	chroot, err := exec.LookPath("chroot")
 	if err != nil {
 		testutil.RequireTool(t, "chroot", err)

@@ -5,15 +5,12 @@ import (
 	"debug/elf"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/multiprobe/multiprobe"
-	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -87,37 +84,7 @@ func TestIFunc(t *testing.T) {
 func TestIFuncInRoot(t *testing.T) {
 	const n = 5000
 	target := testprogs.IFuncTarget(t)
-	libc, err := elfsym.LookPath("libc.so.6")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ef, err := elf.Open(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var interp string
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_INTERP {
-			b := make([]byte, p.Filesz)
-			p.ReadAt(b, 0)
-			interp = strings.TrimRight(string(b), "\x00")
-		}
-	}
-	ef.Close()
-	root := t.TempDir()
-	for _, f := range [][2]string{{target, "/target"}, {interp, interp}, {libc, libc}} {
-		data, err := os.ReadFile(f[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		dst := filepath.Join(root, f[1])
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := testprogs.Root(t, target, "/target")
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		cmd := exec.Command("/target", "-wait", fmt.Sprint(n))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}

@@ -141,44 +141,11 @@ func TestSitesInRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ef, err := elf.Open(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var interp string
-	for _, p := range ef.Progs {
-		if p.Type == elf.PT_INTERP {
-			b := make([]byte, p.Filesz)
-			p.ReadAt(b, 0)
-			interp = strings.TrimRight(string(b), "\x00")
-		}
-	}
-	ef.Close()
-	if interp == "" {
-		t.Fatal("the target has no PT_INTERP")
-	}
 	for _, overlay := range []bool{false, true} {
 		t.Run(map[bool]string{false: "directory", true: "overlayfs"}[overlay], func(t *testing.T) {
 			// The container: copies of the target, its loader and libc
 			// at the paths they have here, and the canary library.
-			layer := t.TempDir()
-			copyIn := func(path, in string) {
-				t.Helper()
-				data, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				dst := filepath.Join(layer, in)
-				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(dst, data, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			copyIn(target, "/target")
-			copyIn(interp, interp)
-			copyIn(libc, libc)
+			layer := testprogs.Root(t, target, "/target")
 			// Its constructor marks a file at this path inside the
 			// container; run on the host, it would mark the same path
 			// here.
