@@ -11,7 +11,9 @@ import (
 )
 
 // Find strlen's implementation in a running process's libc, as that
-// process's loader chose it, without running any of libc's code.
+// process's loader chose it, without running any of libc's code. (Not run
+// by go test: where cat is busybox's, as in the test VMs, it maps no libc.
+// TestSitesInRoot checks ResolveIn.)
 func ExampleResolveIn() {
 	libc, err := elfsym.LookPath("libc.so.6")
 	if err != nil {
@@ -38,6 +40,5 @@ func ExampleResolveIn() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(impls[0] != 0 && impls[0] != sites[0].Address)
-	// Output: true
+	fmt.Printf("strlen's resolver %#x chose %#x\n", sites[0].Address, impls[0])
 }
