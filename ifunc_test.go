@@ -16,11 +16,11 @@ import (
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
-// TestIFunc counts a program's calls of three of glibc's IFUNCs through
+// TestIFunc counts a program's calls of four of glibc's IFUNCs through
 // the PLT: at the implementations this machine's loader selects, each of
 // the n calls is counted (libc's own calls may add some); at the resolvers
 // (Options.IFuncResolvers), which run once per process at relocation,
-// almost none are. Both attach paths. (Which of the three are IFUNCs
+// almost none are. Both attach paths. (Which of the four are IFUNCs
 // depends on the architecture: arm64's strchr is a plain function.)
 func TestIFunc(t *testing.T) {
 	const n = 5000
@@ -42,7 +42,7 @@ func TestIFunc(t *testing.T) {
 				defer cmd.Wait()
 				defer stdin.Close()
 				c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid, IFuncResolvers: resolvers},
-					[]string{"uprobe:libc.so.6:strlen,strchr,memcpy"})
+					[]string{"uprobe:libc.so.6:strlen,strchr,memcpy,strstr"})
 				l := mustAttach(t, plans[0], c.CountEntry)
 				stdin.Write([]byte("go\n"))
 				stdin.Close()
@@ -100,7 +100,7 @@ func TestIFuncInRoot(t *testing.T) {
 		if _, err := out.ReadString('\n'); err != nil {
 			t.Fatal(err)
 		}
-		c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid}, []string{"uprobe:libc.so.6:strlen,strchr,memcpy"})
+		c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid}, []string{"uprobe:libc.so.6:strlen,strchr,memcpy,strstr"})
 		l := mustAttach(t, plans[0], c.CountEntry)
 		stdin.Write([]byte("go\n"))
 		stdin.Close()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/multiprobe/multiprobe/internal/fds"
 )
@@ -64,10 +66,29 @@ func resolveIn(pid int, path string, resolvers []uint64) (out []uint64, whys []e
 	}
 	defer mem.Close()
 	out, whys = make([]uint64, len(resolvers)), make([]error, len(resolvers))
+	// The library does not call every IFUNC of its own (glibc 2.36 on
+	// x86-64 has no IRELATIVE slot for 12 of its 47, strstr and time
+	// among them; arm64's for memcpy): their implementations are in the
+	// GOTs of the objects that call them, once bound.
+	var unslotted map[string]int
+	for i, r := range resolvers {
+		if _, ok := slots[r]; !ok {
+			if unslotted == nil {
+				unslotted = ifuncNames(ef, resolvers)
+			}
+			whys[i] = fmt.Errorf("ifunc: %s: no IRELATIVE relocation of the library, and no GOT slot of another object of process %d, records what its loader chose for the resolver at %#x (a lazy PLT slot is bound at the first call)", path, pid, r)
+		}
+	}
+	if len(unslotted) > 0 {
+		for i, got := range boundElsewhere(pid, lo, hi, mem, unslotted) {
+			if whys[i] != nil {
+				out[i], whys[i] = got-bias, nil
+			}
+		}
+	}
 	for i, r := range resolvers {
 		slot, ok := slots[r]
 		if !ok {
-			whys[i] = fmt.Errorf("ifunc: %s: no IRELATIVE relocation records what process %d's loader chose for the resolver at %#x", path, pid, r)
 			continue
 		}
 		var b [8]byte
@@ -117,4 +138,129 @@ func irelativeSlots(ef *elf.File) (map[uint64]uint64, error) {
 		}
 	}
 	return slots, nil
+}
+
+// ifuncNames maps the names of ef's IFUNC symbols (without their version)
+// to the index in resolvers of their resolver.
+func ifuncNames(ef *elf.File, resolvers []uint64) map[string]int {
+	index := map[uint64]int{}
+	for i, r := range resolvers {
+		index[r] = i
+	}
+	names := map[string]int{}
+	syms, _ := ef.DynamicSymbols()
+	for _, sym := range syms {
+		if elf.ST_TYPE(sym.Info) != elf.STT_GNU_IFUNC {
+			continue
+		}
+		if i, ok := index[sym.Value]; ok {
+			names[sym.Name] = i
+		}
+	}
+	return names
+}
+
+// boundElsewhere reads, for each symbol of names, the GOT slots that the
+// objects process pid maps (the library among them) have for it: their
+// GLOB_DAT, JUMP_SLOT and absolute relocations naming it. It returns, by
+// names' index, the first value in the library's range [lo, hi): a bound
+// slot of an IFUNC holds the implementation; an unbound lazy one holds an
+// address in its own object's PLT, and a non-PIE executable's canonical
+// PLT entry is in the executable. The objects are read through
+// /proc/PID/map_files, which opens the very file mapped, whatever root it
+// is in; those that cannot be read are passed over.
+func boundElsewhere(pid int, lo, hi uint64, mem *os.File, names map[string]int) map[int]uint64 {
+	found := map[int]uint64{}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return found
+	}
+	seen := map[fileID]bool{}
+	for _, line := range strings.Split(string(maps), "\n") {
+		// start-end perms offset dev inode path
+		fields := strings.Fields(line)
+		if len(fields) < 6 || fields[2] != "00000000" || fields[4] == "0" {
+			continue
+		}
+		ino, _ := strconv.ParseUint(fields[4], 10, 64)
+		id := fileID{dev: fields[3], ino: ino}
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		start, _, _ := strings.Cut(fields[0], "-")
+		base, _ := strconv.ParseUint(start, 16, 64)
+		f, err := os.Open(fmt.Sprintf("/proc/%d/map_files/%s", pid, fields[0]))
+		if err != nil {
+			continue
+		}
+		gotSlots(f, base, lo, hi, mem, names, found)
+		f.Close()
+		if len(found) == len(names) {
+			break
+		}
+	}
+	return found
+}
+
+// gotSlots adds to found what the GOT slots of the object f, mapped from
+// base on, hold for the symbols of names, where that is in [lo, hi).
+func gotSlots(f *os.File, base, lo, hi uint64, mem *os.File, names map[string]int, found map[int]uint64) {
+	ef, err := elf.NewFile(f)
+	if err != nil || ef.Class != elf.ELFCLASS64 || ef.Data != elf.ELFDATA2LSB {
+		return
+	}
+	var kinds [3]uint32 // the relocations that store a symbol's address
+	switch ef.Machine {
+	case elf.EM_X86_64:
+		kinds = [3]uint32{uint32(elf.R_X86_64_GLOB_DAT), uint32(elf.R_X86_64_JMP_SLOT), uint32(elf.R_X86_64_64)}
+	case elf.EM_AARCH64:
+		kinds = [3]uint32{uint32(elf.R_AARCH64_GLOB_DAT), uint32(elf.R_AARCH64_JUMP_SLOT), uint32(elf.R_AARCH64_ABS64)}
+	default:
+		return
+	}
+	bias := base
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_LOAD {
+			bias -= p.Vaddr &^ (uint64(os.Getpagesize()) - 1)
+			break
+		}
+	}
+	syms, err := ef.DynamicSymbols()
+	if err != nil {
+		return
+	}
+	for _, s := range ef.Sections {
+		if s.Type != elf.SHT_RELA || s.Link == 0 || int(s.Link) >= len(ef.Sections) || ef.Sections[s.Link].Type != elf.SHT_DYNSYM {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			continue
+		}
+		const relaSize = 24 // Elf64_Rela: offset, info, addend
+		for ; len(data) >= relaSize; data = data[relaSize:] {
+			info := binary.LittleEndian.Uint64(data[8:])
+			if typ := uint32(info); typ != kinds[0] && typ != kinds[1] && typ != kinds[2] {
+				continue
+			}
+			sym := int(info >> 32) // DynamicSymbols leaves out the null symbol 0
+			if sym == 0 || sym > len(syms) {
+				continue
+			}
+			i, ok := names[syms[sym-1].Name]
+			if !ok {
+				continue
+			}
+			if _, done := found[i]; done {
+				continue
+			}
+			var b [8]byte
+			if _, err := mem.ReadAt(b[:], int64(bias+binary.LittleEndian.Uint64(data[0:]))); err == nil {
+				if v := binary.LittleEndian.Uint64(b[:]); v >= lo && v < hi {
+					found[i] = v
+				}
+			}
+		}
+	}
 }

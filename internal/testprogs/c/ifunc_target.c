@@ -1,8 +1,10 @@
-// Target of the IFUNC tests: calls three of glibc's IFUNCs (strlen, strchr,
-// memcpy) N times each through the PLT. It first prints the addresses the
-// loader resolved them to (taking a function's address goes through the
-// GOT, which holds the implementation), and with -wait waits for a line on
-// stdin before the calls.
+// Target of the IFUNC tests: calls four of glibc's IFUNCs (strlen, strchr,
+// memcpy, strstr) N times each through the PLT. It first prints the
+// addresses the loader resolved them to (taking a function's address goes
+// through the GOT, which holds the implementation), and with -wait waits
+// for a line on stdin before the calls. glibc calls strstr (and, on arm64,
+// memcpy) through no IRELATIVE slot of its own: only this program's GOT
+// says what the loader chose for it.
 //
 //	ifunc_target [-wait] N
 #include <stdio.h>
@@ -22,7 +24,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	long n = atol(argv[a]);
-	printf("%p %p %p\n", (void *)strlen, (void *)strchr, (void *)memcpy);
+	printf("%p %p %p %p\n", (void *)strlen, (void *)strchr, (void *)memcpy, (void *)strstr);
 	fflush(stdout);
 	if (a == 2) {
 		char line[16];
@@ -34,6 +36,7 @@ int main(int argc, char **argv)
 		sum += strlen(src);
 		sum += strchr(src, 'i') != NULL;
 		memcpy(dst, src, sizeof src);
+		sum += strstr(src, "ifunc") != NULL;
 		src[0] ^= 1;
 	}
 	printf("done %zu\n", sum);
