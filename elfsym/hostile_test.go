@@ -204,28 +204,7 @@ func TestNoFunctionsMessage(t *testing.T) {
 // descriptor.
 func TestOpenFile(t *testing.T) {
 	fx := buildFixtures(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "target")
-	data, err := os.ReadFile(fx.pie)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fd.Close()
-	// Another file renamed over the path: the descriptor keeps the first.
-	other := filepath.Join(dir, "other")
-	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(other, path); err != nil {
-		t.Fatal(err)
-	}
+	fd, path := testutil.OpenReplaced(t, fx.pie)
 	f, err := OpenFile(fd)
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +218,7 @@ func TestOpenFile(t *testing.T) {
 		t.Errorf("no match: %v; want ErrNoMatch naming %s", err, path)
 	}
 
+	dir := filepath.Dir(path)
 	d, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -155,14 +155,29 @@ func resolve(path string, f *os.File, ef *elf.File, resolvers []uint64) (out []u
 // mappingAt names the mapping of process pid that holds addr, as
 // /proc/PID/maps does ("[vdso]", a path), or says there is none.
 func mappingAt(pid int, addr uint64) string {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
+	fields, err := mapsLine(fmt.Sprintf("/proc/%d/maps", pid), addr)
+	switch {
+	case err != nil:
 		return "a mapping that could not be read"
+	case fields == nil:
+		return "no mapping"
+	case len(fields) < 6:
+		return "an anonymous mapping"
+	}
+	return strings.Join(fields[5:], " ")
+}
+
+// mapsLine returns the fields of the line of the maps file at path (a
+// /proc/PID/maps) whose range holds addr: start-end, perms, offset, dev,
+// inode and, if any, the path. It returns nil if no line does.
+func mapsLine(path string, addr uint64) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
 		if len(fields) < 5 {
 			continue
@@ -170,15 +185,11 @@ func mappingAt(pid int, addr uint64) string {
 		start, end, _ := strings.Cut(fields[0], "-")
 		s, _ := strconv.ParseUint(start, 16, 64)
 		e, _ := strconv.ParseUint(end, 16, 64)
-		if addr < s || addr >= e {
-			continue
+		if addr >= s && addr < e {
+			return fields, nil
 		}
-		if len(fields) < 6 {
-			return "an anonymous mapping"
-		}
-		return strings.Join(fields[5:], " ")
 	}
-	return "no mapping"
+	return nil, sc.Err()
 }
 
 // waitStop waits for the tracee to stop with sig.
@@ -258,31 +269,15 @@ func mapsID(f *os.File) (fileID, error) {
 		return fileID{}, fmt.Errorf("mapping it: %w", err)
 	}
 	defer unix.Munmap(m)
-	at := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(m))))
-	maps, err := os.Open("/proc/self/maps")
+	fields, err := mapsLine("/proc/self/maps", uint64(uintptr(unsafe.Pointer(unsafe.SliceData(m)))))
 	if err != nil {
 		return fileID{}, err
 	}
-	defer maps.Close()
-	sc := bufio.NewScanner(maps)
-	for sc.Scan() {
-		// start-end perms offset dev inode path
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		start, end, _ := strings.Cut(fields[0], "-")
-		s, _ := strconv.ParseUint(start, 16, 64)
-		e, _ := strconv.ParseUint(end, 16, 64)
-		if at >= s && at < e {
-			ino, err := strconv.ParseUint(fields[4], 10, 64)
-			return fileID{dev: fields[3], ino: ino}, err
-		}
+	if fields == nil {
+		return fileID{}, errors.New("its mapping is not in /proc/self/maps")
 	}
-	if err := sc.Err(); err != nil {
-		return fileID{}, err
-	}
-	return fileID{}, errors.New("its mapping is not in /proc/self/maps")
+	ino, err := strconv.ParseUint(fields[4], 10, 64)
+	return fileID{dev: fields[3], ino: ino}, err
 }
 
 // loadBias returns what the loader added to the library's virtual

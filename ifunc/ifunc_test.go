@@ -65,16 +65,7 @@ func TestResolveLibc(t *testing.T) {
 	}
 
 	cmd := exec.Command(target, "-wait", "0")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
+	line := startTarget(t, cmd)
 	base := libcBase(t, cmd.Process.Pid, libc)
 	addrs := strings.Fields(line)
 	for j, i := range which {
@@ -88,6 +79,25 @@ func TestResolveLibc(t *testing.T) {
 			t.Logf("%s: resolver %#x -> implementation %#x", names[i], in[j], got)
 		}
 	}
+}
+
+// startTarget starts cmd, the IFUNC target with -wait, and returns the
+// line it prints once its loader has relocated libc: the addresses it
+// resolved strlen, strchr, memcpy and strstr to. The target finishes when
+// the test ends.
+func startTarget(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return line
 }
 
 // libcBase returns where libc's first segment is mapped in process pid.

@@ -1,7 +1,6 @@
 package ifunc_test
 
 import (
-	"bufio"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -170,16 +169,7 @@ func TestSitesInRoot(t *testing.T) {
 				cmd.Env = []string{"LD_PRELOAD=/libcanary.so"}
 			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
-			stdin, _ := cmd.StdinPipe()
-			stdout, _ := cmd.StdoutPipe()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { stdin.Close(); cmd.Wait() }()
-			line, err := bufio.NewReader(stdout).ReadString('\n')
-			if err != nil {
-				t.Fatal(err)
-			}
+			line := startTarget(t, cmd)
 			pid := cmd.Process.Pid
 			inRoot := fmt.Sprintf("/proc/%d/root", pid)
 			if _, err := os.Stat(filepath.Join(root, marker)); canary && err != nil {

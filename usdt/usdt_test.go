@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/multiprobe/multiprobe/internal/glob"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
@@ -220,27 +221,7 @@ func TestNoNotes(t *testing.T) {
 // to, not what its path names by then, and names it by that path.
 func TestOpenFile(t *testing.T) {
 	tg := buildTargets(t)
-	data, err := os.ReadFile(tg.exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "target")
-	if err := os.WriteFile(path, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fd.Close()
-	other := filepath.Join(dir, "other")
-	if err := os.WriteFile(other, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(other, path); err != nil {
-		t.Fatal(err)
-	}
+	fd, path := testutil.OpenReplaced(t, tg.exe)
 	f, err := OpenFile(fd)
 	if err != nil {
 		t.Fatal(err)
