@@ -18,6 +18,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// helperPath returns the system's true(1), at a fixed path: not through
+// $PATH, whose directories a user other than root may write, since the
+// helper may run as root (helperCredential).
+func helperPath() (string, error) {
+	var errs []error
+	for _, p := range []string{"/usr/bin/true", "/bin/true"} {
+		st, err := os.Stat(p)
+		if err == nil && st.Mode().IsRegular() {
+			return p, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s: not a regular file", p)
+		}
+		errs = append(errs, err)
+	}
+	return "", errors.Join(errs...)
+}
+
 // nobody is the user and group of a helper that runs code nobody vouches
 // for.
 const nobody = 65534
@@ -93,7 +111,7 @@ func resolve(path string, f *os.File, ef *elf.File, resolvers []uint64) (out []u
 	if err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
 	}
-	helper, err := exec.LookPath("true")
+	helper, err := helperPath()
 	if err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %w: no true(1) to load %s into: %w", ErrUnsupported, path, err)
 	}
