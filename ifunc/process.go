@@ -21,9 +21,10 @@ import (
 //
 // The loader writes each implementation it chooses for the library's own
 // calls into the GOT slot of an IRELATIVE relocation whose addend is the
-// resolver. A resolver without one (glibc 2.36 has 12 of 47, time and
-// strstr among them, that it never calls itself) gets 0, and an error says
-// so, joined with the others.
+// resolver. For an IFUNC the library never calls itself (glibc 2.36 on
+// x86-64 has 12 of 47, time and strstr among them) it reads the GOT slots
+// the process's other objects have for its name, once bound. A resolver
+// found in neither gets 0, and an error says so, joined with the others.
 func ResolveIn(pid int, path string, resolvers []uint64) ([]uint64, error) {
 	out, whys, err := resolveIn(pid, path, resolvers)
 	if err != nil {
@@ -70,20 +71,16 @@ func resolveIn(pid int, path string, resolvers []uint64) (out []uint64, whys []e
 	// x86-64 has no IRELATIVE slot for 12 of its 47, strstr and time
 	// among them; arm64's for memcpy): their implementations are in the
 	// GOTs of the objects that call them, once bound.
-	var unslotted map[string]int
+	unslotted := map[uint64]int{} // resolver -> index
 	for i, r := range resolvers {
 		if _, ok := slots[r]; !ok {
-			if unslotted == nil {
-				unslotted = ifuncNames(ef, resolvers)
-			}
+			unslotted[r] = i
 			whys[i] = fmt.Errorf("ifunc: %s: no IRELATIVE relocation of the library, and no GOT slot of another object of process %d, records what its loader chose for the resolver at %#x (a lazy PLT slot is bound at the first call)", path, pid, r)
 		}
 	}
 	if len(unslotted) > 0 {
-		for i, got := range boundElsewhere(pid, lo, hi, mem, unslotted) {
-			if whys[i] != nil {
-				out[i], whys[i] = got-bias, nil
-			}
+		for i, got := range boundElsewhere(pid, lo, hi, mem, ifuncNames(ef, unslotted)) {
+			out[i], whys[i] = got-bias, nil
 		}
 	}
 	for i, r := range resolvers {
@@ -140,13 +137,9 @@ func irelativeSlots(ef *elf.File) (map[uint64]uint64, error) {
 	return slots, nil
 }
 
-// ifuncNames maps the names of ef's IFUNC symbols (without their version)
-// to the index in resolvers of their resolver.
-func ifuncNames(ef *elf.File, resolvers []uint64) map[string]int {
-	index := map[uint64]int{}
-	for i, r := range resolvers {
-		index[r] = i
-	}
+// ifuncNames maps the names (without their version) of ef's IFUNC symbols
+// whose resolver index holds to that resolver's index.
+func ifuncNames(ef *elf.File, index map[uint64]int) map[string]int {
 	names := map[string]int{}
 	syms, _ := ef.DynamicSymbols()
 	for _, sym := range syms {
