@@ -114,8 +114,15 @@ func TestSamplerCallees(t *testing.T) {
 	for _, c := range hot.Callees {
 		inCallees += c.Samples
 	}
-	if inCallees < hot.Samples/2 || len(hot.Callees) == 0 || !strings.Contains(hot.Callees[0].Func, "rand") && !strings.Contains(hot.Callees[0].Func, "rnd") {
-		t.Errorf("the helper line: %d of %d samples in callees %+v; want most, in bpf_user_rnd_u32 or prandom_u32_state", inCallees, hot.Samples, hot.Callees)
+	// Most on a real CPU (1,797 of 1,972 on the host). An emulator
+	// weighs the JIT's own instructions differently: the arm64 guest
+	// (TCG) once put 1,691 of 3,439 in the callees, 1,748 in the loop.
+	least, most := hot.Samples/2, "most"
+	if testutil.InGuest() {
+		least, most = hot.Samples/3, "a third"
+	}
+	if inCallees < least || len(hot.Callees) == 0 || !strings.Contains(hot.Callees[0].Func, "rand") && !strings.Contains(hot.Callees[0].Func, "rnd") {
+		t.Errorf("the helper line: %d of %d samples in callees %+v; want %s, in bpf_user_rnd_u32 or prandom_u32_state", inCallees, hot.Samples, hot.Callees, most)
 	}
 	var folded strings.Builder
 	if err := got.WriteFolded(&folded); err != nil {
