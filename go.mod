@@ -10,4 +10,9 @@ require (
 
 require golang.org/x/arch v0.30.0
 
+require (
+	github.com/rogpeppe/go-internal v1.14.1
+	golang.org/x/tools v0.40.1-0.20260108161641-ca281cf95054 // indirect
+)
+
 tool github.com/cilium/ebpf/cmd/bpf2go

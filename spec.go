@@ -77,6 +77,9 @@ func ParseProbe(spec string) (Probe, error) {
 		p.Kind = Return
 	case "usdt", "U":
 		return parseUSDT(spec, rest)
+	case "kprobe", "k", "kretprobe", "kr", "tracepoint", "t", "rawtracepoint", "rt", "fentry", "f", "kfunc",
+		"fexit", "fr", "kretfunc", "software", "s", "hardware", "h", "profile", "p", "interval", "i", "watchpoint", "w":
+		return Probe{}, fmt.Errorf("%w %q: %s probes the kernel, and multiprobe probes user space: use uprobe, uretprobe or usdt", ErrBadSpec, spec, kind)
 	default:
 		return Probe{}, fmt.Errorf("%w %q: unknown probe type %q (want uprobe, uretprobe or usdt)", ErrBadSpec, spec, kind)
 	}

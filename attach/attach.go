@@ -234,7 +234,11 @@ const errENOTSUPP = unix.Errno(524)
 func explain(errno unix.Errno, kind string, t *Target, which string, first, end, pid int) error {
 	where := fmt.Sprintf("attach: %s link for %s (%ssites %s to %s)", kind, t.Path, which, target.SiteName(t, first), target.SiteName(t, end-1))
 	if first == 0 && end == len(t.Offsets) {
-		where = fmt.Sprintf("attach: %s link for %s (%s%d sites)", kind, t.Path, which, end)
+		sites := "sites"
+		if end == 1 {
+			sites = "site"
+		}
+		where = fmt.Sprintf("attach: %s link for %s (%s%d %s)", kind, t.Path, which, end, sites)
 	}
 	switch errno {
 	case unix.EBADF:

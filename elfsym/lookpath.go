@@ -50,7 +50,7 @@ func LookPathIn(root, name string) (string, error) {
 			return p, nil // the caller reports it with the file's type
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("target %s: %w", p, errors.Join(ErrNotFound, err))
+			return "", &notFoundError{fmt.Sprintf("target %s: no such file or directory", p)}
 		}
 		if err != nil {
 			return "", fmt.Errorf("target %s: %w", p, err) // EACCES, say: not "not found"

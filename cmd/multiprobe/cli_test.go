@@ -59,7 +59,7 @@ func TestHelp(t *testing.T) {
 		{"help after args", []string{"list", "/bin/sh", "--help"}, 0, []string{"usage: multiprobe list"}, ""},
 		{"help unknown", []string{"help", "frob"}, 2, nil, "unknown command"},
 		{"unknown", []string{"frob"}, 2, nil, "unknown command"},
-		{"bad flag", []string{"count", "--nope", "uprobe:/bin/sh:x"}, 2, nil, "flag provided but not defined: -nope"},
+		{"bad flag", []string{"count", "--nope", "uprobe:/bin/sh:x"}, 2, nil, "unknown flag --nope (see: multiprobe help count)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -30,8 +31,9 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage: "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
-		short: "count calls per function through one uprobe_multi link per binary (root)",
+		usage:      "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
+		short:      "count calls per function through one uprobe_multi link per binary (root)",
+		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
 or usdt:TARGET:PROVIDER:NAME, with globs, as bpftrace writes them. With a
 command after "--", the command is started stopped, the probes attached with
@@ -471,22 +473,45 @@ func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*sto
 	// command.
 	p, err := probetest.Start(cmd)
 	if err != nil {
-		return nil, err
+		return nil, startError(command[0], err)
 	}
 	return &stoppedCommand{Process: p, name: command[0]}, nil
+}
+
+// startError says why command could not start, in one line: "cannot run
+// NAME: no such file or directory", without the layers of exec and the
+// stopped start.
+func startError(name string, err error) error {
+	var pe *fs.PathError
+	var ee *exec.Error
+	switch {
+	case errors.As(err, &ee):
+		err = ee.Err
+	case errors.As(err, &pe):
+		err = pe.Err
+	}
+	if errors.Is(err, exec.ErrNotFound) {
+		return fmt.Errorf("cannot run %s: not found in $PATH", name)
+	}
+	return fmt.Errorf("cannot run %s: %w", name, err)
 }
 
 // report says how the command ended, if not with status 0, and returns
 // its exit status.
 func (c *stoppedCommand) report(stderr io.Writer) int {
 	status, err := c.Wait()
+	// 128 plus a signal's number is also an exit code a program may
+	// choose (sh -c 'exit 156'): only the wait status tells them apart.
+	var ws syscall.WaitStatus
+	if ps := c.Cmd.ProcessState; ps != nil {
+		ws, _ = ps.Sys().(syscall.WaitStatus)
+	}
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "waiting for %s: %v\n", c.name, err)
 		return 1
-	case status > 128:
-		sig := syscall.Signal(status - 128)
-		fmt.Fprintf(stderr, "%s was killed by %s (%v)\n", c.name, unix.SignalName(sig), sig)
+	case ws.Signaled():
+		fmt.Fprintf(stderr, "%s was killed by %s (%v)\n", c.name, unix.SignalName(ws.Signal()), ws.Signal())
 	case status != 0:
 		fmt.Fprintf(stderr, "%s exited with status %d\n", c.name, status)
 	}

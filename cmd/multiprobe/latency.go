@@ -19,8 +19,9 @@ import (
 
 func init() {
 	commands["latency"] = &command{
-		usage: "[--pid PID] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
-		short: "per-function latency histograms over many functions at once (root)",
+		usage:      "[--pid PID] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
+		short:      "per-function latency histograms over many functions at once (root)",
+		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], with globs, as bpftrace
 writes it. Every function it matches gets a log2 histogram of the time from
 its entry to its return, like bcc's funclatency, but over thousands of

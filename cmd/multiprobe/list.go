@@ -17,13 +17,13 @@ import (
 
 func init() {
 	commands["list"] = &command{
-		usage: "[--json] [-p PID] PROBE... | TARGET PATTERN...",
+		usage: "[--json] [-p PID] PROBE... | TARGET [PATTERN...]",
 		short: "list the sites that probe specs or glob patterns select (no root needed)",
 		long: `PROBE is a spec as count takes it (uprobe:TARGET:PATTERN,...,
 uretprobe:..., usdt:TARGET:PROVIDER:NAME); the older form, a TARGET and its
-patterns, still works. TARGET is a path, or a bare library or program name
-(libc.so.6, libc, bash). A pattern is a glob; one starting with '!' removes
-what it matches. With -p PID and no PROBE, every file the process maps is
+patterns, still works; a TARGET alone lists all its functions, as bpftrace -l
+does. TARGET is a path, or a bare library or program name (libc.so.6, libc,
+bash). A pattern is a glob; one starting with '!' removes what it matches. With -p PID and no PROBE, every file the process maps is
 listed (PATTERNs, if given, select its functions, as bpftrace -lp does);
 with a PROBE, its TARGET is looked up in the process's root directory.
 
@@ -36,6 +36,7 @@ instead of its resolver).`,
 			"list 'uprobe:libc:str*,!strn*' 'usdt:python3.11:python:function__*'",
 			"list /bin/bash 'sh_set*'               # the same as the first",
 			"list -p 1234 'malloc*'                 # in every file process 1234 maps",
+			"list libc                              # every function of libc",
 			"list --json libc.so.6 malloc free",
 		},
 		run: runList,
@@ -99,10 +100,14 @@ func runList(args []string, stdout, stderr io.Writer) error {
 		if listings, err = listProcess(pid, patterns); err != nil {
 			return err
 		}
-	case len(pos) < 2:
-		return usagef("need probe specs (uprobe:TARGET:PATTERN), or a target and at least one pattern")
+	case len(pos) == 0:
+		return usagef("need probe specs (uprobe:TARGET:PATTERN), or a target and its patterns")
 	default:
-		l, err := listProbe(multiprobe.Probe{Kind: multiprobe.Entry, Target: pos[0], Patterns: pos[1:]}, 0)
+		patterns := pos[1:]
+		if len(patterns) == 0 {
+			patterns = []string{"*"}
+		}
+		l, err := listProbe(multiprobe.Probe{Kind: multiprobe.Entry, Target: pos[0], Patterns: patterns}, 0)
 		if err != nil {
 			return err
 		}
@@ -137,14 +142,18 @@ func listSpecs(specs []string, pid int, usdtOnly bool) ([]listing, error) {
 }
 
 // isProbeSpec reports whether arg starts as a probe spec does, rather than
-// being a target (a path, with no "uprobe:"-like prefix).
+// being a target (a path or a library's name, with no "uprobe:"-like
+// prefix). bpftrace's kernel kinds (kprobe:, tracepoint:) count too, so
+// that the parser says what is wrong with them.
 func isProbeSpec(arg string) bool {
 	kind, _, ok := strings.Cut(arg, ":")
 	if !ok {
 		return false
 	}
 	switch kind {
-	case "uprobe", "u", "uretprobe", "ur", "usdt", "U":
+	case "uprobe", "u", "uretprobe", "ur", "usdt", "U",
+		"kprobe", "kretprobe", "tracepoint", "rawtracepoint", "fentry", "fexit", "kfunc", "kretfunc",
+		"software", "hardware", "profile", "interval", "watchpoint":
 		return true
 	}
 	return false

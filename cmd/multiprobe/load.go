@@ -22,8 +22,9 @@ import (
 
 func init() {
 	commands["load"] = &command{
-		usage: "[--jobs N] [--order lpt|given|cached] [--cost-cache FILE] [--json] OBJECT.o",
-		short: "load every program of a BPF object concurrently and profile the verifier (needs root)",
+		usage:      "[--jobs N] [--order lpt|given|cached] [--cost-cache FILE] [--json] OBJECT.o",
+		short:      "load every program of a BPF object concurrently and profile the verifier (needs root)",
+		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `Loads every program of the object the way package load does: kernel BTF
 parsed once, programs verified in parallel, the costliest first (their costs
 are remembered in the cost cache between runs), and prints, per program,

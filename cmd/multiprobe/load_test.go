@@ -192,16 +192,6 @@ func TestLoadCostCacheRefusesDevice(t *testing.T) {
 // TestLoadUnprivileged, run `load` and print what it says.
 const unprivEnv = "MULTIPROBE_CLI_UNPRIVILEGED"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(unprivEnv) != "" {
-		os.Exit(run([]string{"load", os.Getenv(unprivEnv)}, os.Stdout, os.Stderr))
-	}
-	if os.Getenv(cliEnv) != "" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-	}
-	os.Exit(m.Run())
-}
-
 // TestLoadUnprivileged runs `load` as an unprivileged user: the error must
 // name the missing capability, not the memlock rlimit that cilium/ebpf
 // suggests for every EPERM.

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // A command is one subcommand of the CLI. Each lives in its own file and
@@ -21,6 +24,10 @@ type command struct {
 	run      func(args []string, stdout, stderr io.Writer) error
 	// fs is the flag set run made, for the help: newFlagSet sets it.
 	fs *flag.FlagSet
+	// privileges are what the command needs from the kernel, as a user
+	// would grant them ("CAP_BPF and CAP_PERFMON"); "" for none. A
+	// command that fails with EPERM says so in one line.
+	privileges string
 }
 
 var commands = map[string]*command{}
@@ -75,8 +82,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		printHelp(stdout, args[0], cmd)
 		return 0
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "multiprobe %s: %s (usage: multiprobe %s %s; more: multiprobe help %s)\n", args[0], ue.msg, args[0], cmd.usage, args[0])
+		fmt.Fprintf(stderr, "multiprobe %s: %s (see: multiprobe help %s)\n", args[0], ue.msg, args[0])
 		return 2
+	case cmd.privileges != "" && errors.Is(err, unix.EPERM):
+		// The chain under an EPERM (which feature probe, which map) does
+		// not help: the user lacks a capability, and needs to hear which.
+		fmt.Fprintf(stderr, "multiprobe %s: not permitted: it needs root, or %s (run it with sudo)\n", args[0], cmd.privileges)
+		return 1
 	default:
 		fmt.Fprintf(stderr, "multiprobe %s: %v\n", args[0], err)
 		return 1
@@ -193,7 +205,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (positional, rest []string, err
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, nil, err
 			}
-			return nil, nil, usagef("%v", err)
+			return nil, nil, flagError(err)
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -202,4 +214,36 @@ func parseFlags(fs *flag.FlagSet, args []string) (positional, rest []string, err
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+}
+
+// flagErrorRE matches the flag package's "-name" in its error messages:
+// "flag provided but not defined: -bogus", "invalid value "x" for flag
+// -duration: ...", "invalid boolean value "x" for -json: parse error",
+// "flag needs an argument: -pid".
+var flagErrorRE = regexp.MustCompile(`^(flag provided but not defined: |invalid value (".*") for flag |invalid boolean value (".*") for |flag needs an argument: )--?([^\s:]+)`)
+
+// flagError turns the flag package's error into a usage error that names
+// the flag as the help does: --duration, or -p for a one-letter one.
+func flagError(err error) error {
+	m := flagErrorRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return usagef("%v", err)
+	}
+	name := "--" + m[4]
+	if len(m[4]) == 1 {
+		name = "-" + m[4]
+	}
+	rest := err.Error()[len(m[0]):]
+	switch {
+	case strings.HasPrefix(m[1], "flag provided"):
+		return usagef("unknown flag %s", name)
+	case strings.HasPrefix(m[1], "flag needs"):
+		return usagef("%s needs a value", name)
+	case strings.HasPrefix(m[1], "invalid boolean"):
+		return usagef("invalid value %s for %s: want true or false", m[3], name)
+	}
+	if rest == ": parse error" || rest == ": value out of range" {
+		rest = ": want a number" // the flag package's word for strconv's errors
+	}
+	return usagef("invalid value %s for %s%s", m[2], name, rest)
 }

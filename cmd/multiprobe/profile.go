@@ -22,8 +22,9 @@ import (
 
 func init() {
 	commands["profile"] = &command{
-		usage: "[--duration D] [--freq HZ] [--lines N] [--json] [-o FILE.pb.gz] [--folded FILE] PROG",
-		short: "profile a loaded BPF program where it runs: cost per run and hot source lines (root)",
+		usage:      "[--duration D] [--freq HZ] [--lines N] [--json] [-o FILE.pb.gz] [--folded FILE] PROG",
+		short:      "profile a loaded BPF program where it runs: cost per run and hot source lines (root)",
+		privileges: "CAP_SYS_ADMIN (to open a program by id), CAP_BPF and CAP_PERFMON",
 		long: `PROG is a loaded program's ID, its pinned path, or its name (as bpftool
 prog lists it) where one program has it. While the program runs in its
 place (its hooks, its traffic), multiprobe times every run with fentry and

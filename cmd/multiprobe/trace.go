@@ -30,7 +30,7 @@ func (f *traceFlags) register(fs *flag.FlagSet, rows string) {
 	fs.IntVar(&f.pid, "p", 0, "short for --pid")
 	fs.Var(&f.duration, "duration", "trace for this long: `D` as 10s, 1m30s or 2.5 (seconds) (default: until the command exits, or Ctrl-C)")
 	fs.IntVar(&f.top, "top", 0, "show only the first `N` "+rows)
-	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout; the command after \"--\" then writes its stdout to stderr")
 }
 
 // check refuses flags that make no sense with the probe specs and the
