@@ -33,7 +33,7 @@ workers. Nothing stays loaded: the programs are closed before it exits.`,
 		examples: []string{
 			"load probes.bpf.o                    # verify all, costliest first",
 			"load --jobs 1 --order given probes.bpf.o",
-			"load --json probes.bpf.o | jq '.programs[] | {name, verify_ns}'",
+			"load --json probes.bpf.o | jq '.profile.programs[] | {name, verify_ns}'",
 		},
 		run: runLoad,
 	}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestReadmeCommands checks that every CLI command the README shows is in
+// the transcript that TestScripts runs, word for word, so that the two
+// cannot part.
+func TestReadmeCommands(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("testdata/script/root/readme.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "go run ./cmd/multiprobe "
+	n := 0
+	for line := range strings.Lines(string(readme)) {
+		cmd, ok := strings.CutPrefix(strings.TrimSpace(line), prefix)
+		if !ok {
+			continue
+		}
+		n++
+		if !strings.Contains(string(script), "\nexec multiprobe "+cmd+"\n") {
+			t.Errorf("README's command %q is not in testdata/script/root/readme.txtar as\nexec multiprobe %s", strings.TrimSpace(line), cmd)
+		}
+	}
+	if n == 0 {
+		t.Errorf("found no %q line in the README", prefix)
+	}
+}
