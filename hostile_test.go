@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/fallback"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
 )
@@ -282,6 +284,79 @@ func TestMisuse(t *testing.T) {
 		if !errors.Is(err, multiprobe.ErrNoPIDFilter) {
 			t.Errorf("%v, want ErrNoPIDFilter", err)
 		}
+	})
+
+	// A spec loaded without the plan's Prepare, on each path, with and
+	// without a pid set: the error says what to call, in one line, and
+	// tells no one to give Options.PIDs who gave them.
+	t.Run("not prepared", func(t *testing.T) {
+		for _, f := range paths(t) {
+			for _, pids := range [][]int{nil, {os.Getpid()}} {
+				t.Run(fmt.Sprintf("%s/pids=%v", f.Path(), pids != nil), func(t *testing.T) {
+					pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Features: &f, PIDs: pids})
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer pl.Close()
+					spec, err := testprogs.CounterSpec()
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := testprogs.NewCounter(spec)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					l, err := pl.Attach(c.CountEntry)
+					// A perf-event uprobe takes a program of any attach
+					// type, and a kernel with cookies needs no clones:
+					// there, only a pid set needs the plan's Prepare.
+					needed := f.Path() == kernelprobe.PathUprobeMulti || pids != nil || !f.Cookies
+					if err == nil {
+						l.Close()
+						if needed {
+							t.Fatal("attached")
+						}
+						return
+					}
+					msg := err.Error()
+					if !strings.Contains(msg, "plan.Prepare(spec)") || strings.Contains(msg, "\n") || strings.Contains(msg, "give the plan Options.PIDs") {
+						t.Errorf("%v\nwant one line that says to call plan.Prepare(spec)", err)
+					}
+					if pids != nil && !errors.Is(err, multiprobe.ErrNotPrepared) {
+						t.Errorf("%v, want ErrNotPrepared", err)
+					}
+					t.Log(err)
+				})
+			}
+		}
+	})
+
+	// What a caller does to the sites it was given changes neither the
+	// plan's next answer nor what Attach probes: the counts land on the
+	// functions the plan resolved.
+	t.Run("sites changed by the caller", func(t *testing.T) {
+		c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*"})
+		pl := plans[0]
+		before := pl.Sites()
+		got := pl.Sites()
+		for i := range got {
+			got[i].Offset, got[i].Name, got[i].Cookie = 0, "changed", 99
+			got[i].Probe.Patterns[0] = "changed"
+			got[i].Probe.Target = "/changed"
+			got[i].Symbol.Offset = 0
+			if len(got[i].Symbol.Aliases) > 0 {
+				got[i].Symbol.Aliases[0] = "changed"
+			}
+		}
+		if after := pl.Sites(); !reflect.DeepEqual(after, before) {
+			t.Fatalf("Sites changed by the caller's change: %v", after)
+		}
+		l := mustAttach(t, pl, c.CountEntry)
+		defer l.Close()
+		runTarget(t, target, 3)
+		// The target calls func_i 3 + i%3 times.
+		probetest.CheckCounts(t, pl.Sites(), c.Counts, map[string]uint64{"func_00000": 3, "func_00001": 4, "func_00002": 5, "func_00003": 3, "func_00004": 4})
 	})
 
 	t.Run("too many clones", func(t *testing.T) {

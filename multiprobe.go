@@ -310,7 +310,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 // name fills in the names of uprobe sites for the perf-event path's
 // messages, where attaching a site costs far more than naming it.
 func (pl *Plan) name(targets []target.Target) {
-	sites := pl.Sites()
+	sites := pl.siteTable()
 	names := map[*os.File]map[uint64]string{}
 	k := 0
 	for i := range pl.probes {
@@ -339,8 +339,8 @@ func (pl *Plan) name(targets []target.Target) {
 	}
 }
 
-// Sites returns the attached sites; a site's index is its cookie. The
-// slice is the plan's own: do not modify it.
+// Sites returns the attached sites, as Plan.Sites does: a copy of its own
+// at each call; a site's index is its cookie.
 func (l *Link) Sites() []Site { return l.plan.Sites() }
 
 // Path returns the attach path used.

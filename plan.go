@@ -15,6 +15,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/usdt"
 	"golang.org/x/sys/unix"
 )
 
@@ -316,12 +317,57 @@ func (pl *Plan) Features() kernelprobe.Features { return pl.features }
 // Path returns the attach path the plan's links take.
 func (pl *Plan) Path() kernelprobe.Path { return pl.features.Path() }
 
-// Sites returns the plan's sites; a site's index is its cookie. The slice
-// is the plan's own, built at the first call, also after Close: do not
-// modify it.
-func (pl *Plan) Sites() []Site {
+// Sites returns the plan's sites; a site's index is its cookie. Each call
+// returns a copy of its own, also after Close: what the caller changes in
+// it changes nothing the plan attaches (call it once, not per site).
+func (pl *Plan) Sites() []Site { return cloneSites(pl.siteTable()) }
+
+// siteTable returns the plan's own sites, built at the first call.
+func (pl *Plan) siteTable() []Site {
 	pl.sitesOnce.Do(func() { pl.sites = pl.build() })
 	return pl.sites
+}
+
+// cloneSites copies sites and everything they point to, a site's probe
+// once for all its sites, the symbols and USDT sites in one allocation.
+func cloneSites(sites []Site) []Site {
+	out := slices.Clone(sites)
+	var nsym, nusdt int
+	for _, s := range sites {
+		if s.Symbol != nil {
+			nsym++
+		}
+		if s.USDT != nil {
+			nusdt++
+		}
+	}
+	syms, usdts := make([]elfsym.Site, 0, nsym), make([]usdt.Site, 0, nusdt)
+	probes := map[*Probe]*Probe{}
+	for i := range out {
+		s := &out[i]
+		if p := s.Probe; p != nil {
+			if probes[p] == nil {
+				c := *p
+				c.Patterns = slices.Clone(p.Patterns)
+				probes[p] = &c
+			}
+			s.Probe = probes[p]
+		}
+		s.Returns = slices.Clone(s.Returns)
+		if s.Symbol != nil {
+			syms = append(syms, *s.Symbol)
+			c := &syms[len(syms)-1]
+			c.Aliases = slices.Clone(c.Aliases)
+			s.Symbol = c
+		}
+		if s.USDT != nil {
+			usdts = append(usdts, *s.USDT)
+			c := &usdts[len(usdts)-1]
+			c.Args = slices.Clone(c.Args)
+			s.USDT = c
+		}
+	}
+	return out
 }
 
 // build makes the plan's Sites; a site's cookie is its index.

@@ -23,12 +23,12 @@ var (
 	// in-BPF pid filter (its plan had no Options.PIDs), and by Plan.Attach,
 	// with ErrNotPrepared, when the plan filters by pid inside BPF and the
 	// program's spec did not go through its Prepare.
-	ErrNoPIDFilter = errors.New("no in-BPF pid filter: give the plan Options.PIDs, and load the program from a spec that went through its Prepare")
+	ErrNoPIDFilter = errors.New("no in-BPF pid filter")
 	// ErrNotPrepared is returned by Plan.Attach when the link needs a copy
 	// of the program (its own pid filter, or per-site cookies on a kernel
 	// without BPF cookies) and the program's spec did not go through this
 	// plan's Prepare, which keeps what the copy is made from.
-	ErrNotPrepared = errors.New("program's spec did not go through this plan's Prepare")
+	ErrNotPrepared = errors.New("its spec did not go through the plan's Prepare")
 	// ErrTooManyClones is returned by Plan.Prepare on a kernel without BPF
 	// cookies (before Linux 5.15) for a plan with more than MaxClones
 	// sites and a program that reads its cookie with mp_cookie: each site
@@ -278,7 +278,7 @@ func (l *Link) SetPIDs(pids ...int) error {
 		if k := l.plan.kernelPID(); k != 0 {
 			return fmt.Errorf("multiprobe: SetPIDs: the kernel filters this link by pid %d (Options.PID alone on Linux 6.10+); use Options.PIDs for a set that can change", k)
 		}
-		return fmt.Errorf("multiprobe: SetPIDs: %w", ErrNoPIDFilter)
+		return fmt.Errorf("multiprobe: SetPIDs: %w: the link's plan has no Options.PIDs (give it some, even one, for a set that can change)", ErrNoPIDFilter)
 	}
 	for _, pid := range pids {
 		if err := checkPID(pid); err != nil {
@@ -365,10 +365,10 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 	if ps == nil {
 		switch {
 		case l.filter != nil:
-			return nil, nil, fmt.Errorf("multiprobe: program %v: the plan filters by pid inside BPF, and the program's spec did not go through its Prepare: %w (%w)",
-				prog, ErrNoPIDFilter, ErrNotPrepared)
+			return nil, nil, fmt.Errorf("multiprobe: program %v: %w, which puts in the pid filter for Options.PIDs on this kernel; call plan.Prepare(spec) before loading it (%w)",
+				prog, ErrNotPrepared, ErrNoPIDFilter)
 		case !pl.features.Cookies && maps.get(cookieSection) != nil:
-			return nil, nil, fmt.Errorf("multiprobe: program %v reads its cookie with mp_cookie, and kernel %s has no BPF cookies: %w; prepare its spec with the plan's Prepare",
+			return nil, nil, fmt.Errorf("multiprobe: program %v reads its cookie with mp_cookie, and kernel %s has no BPF cookies: %w, which gives each site its cookie; call plan.Prepare(spec) before loading it",
 				prog, pl.features.Release, ErrNotPrepared)
 		}
 		return prog, nil, nil

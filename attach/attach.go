@@ -215,7 +215,7 @@ func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
 		unix.Close(fd)
 		return fmt.Errorf("attach: the kernel made a %s link on / for program %v, which it should refuse", kind, prog)
 	case unix.EINVAL:
-		hint := "load it after kernelprobe.PrepareProgramSpec(spec, kernelprobe.PathUprobeMulti)"
+		hint := "prepare its spec before loading it: plan.Prepare(spec), or without a plan kernelprobe.PrepareProgramSpec(spec, kernelprobe.PathUprobeMulti)"
 		if at == kernelprobe.AttachTraceUprobeSession {
 			hint = `load it from a SEC("uprobe.session") section or with AttachType kernelprobe.AttachTraceUprobeSession`
 		}

@@ -227,8 +227,8 @@ func explain(err error, prog *ebpf.Program, t *Target, ti, n, j int, ret bool) e
 		// cilium/ebpf drops the errno of BPF_LINK_CREATE (it formats it
 		// with %v); EINVAL there means the program's expected attach type
 		// does not fit a perf-event link.
-		return fmt.Errorf("%s: program %v was not loaded for perf-event uprobes (load it after "+
-			"kernelprobe.PrepareProgramSpec(spec, kernelprobe.PathPerfEvent)): %w: %w", where, prog, target.ErrWrongProgram, err)
+		return fmt.Errorf("%s: program %v was not loaded for perf-event uprobes (prepare its spec before loading it: "+
+			"plan.Prepare(spec), or without a plan kernelprobe.PrepareProgramSpec(spec, kernelprobe.PathPerfEvent)): %w: %w", where, prog, target.ErrWrongProgram, err)
 	case errors.Is(err, unix.EINVAL):
 		return fmt.Errorf("%s: the kernel refused the site (offset not at an instruction boundary, "+
 			"or a ref-counter offset different from the one already registered there): %w", where, err)
