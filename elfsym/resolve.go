@@ -1312,11 +1312,19 @@ func (r *resolver) fill(sites []Site, keys []uint64) int {
 	return n
 }
 
-// site builds the Site of the hits at one offset.
+// site builds the Site of the hits at one offset. Its name is one that a
+// pattern matched, so that uprobe:libc:fread reports fread, not the
+// _IO_fread that a glibc alias pass found at the same address; among
+// several, the best by [resolver.better].
 func (r *resolver) site(g []uint64) Site {
 	best := r.hit(r.index(g[0]))
 	for _, k := range g[1:] {
-		if h := r.hit(r.index(k)); r.better(h, best) {
+		h := r.hit(r.index(k))
+		if hm, bm := h.pattern >= 0, best.pattern >= 0; hm != bm {
+			if hm {
+				best = h
+			}
+		} else if r.better(h, best) {
 			best = h
 		}
 	}

@@ -40,7 +40,10 @@ func TestResolvePatterns(t *testing.T) {
 		{"several", []string{"func_alpha", "sh_get*"}, []string{"func_alpha", "sh_get_var"}},
 		{"exclusion after", []string{"func_*", "!func_beta"}, []string{"func_alpha", "func_gamma"}},
 		{"exclusion before", []string{"!*beta", "func_*"}, []string{"func_alpha", "func_gamma"}},
-		{"alias folds", []string{"alias_func"}, []string{"real_func"}},
+		// A site is named by what the pattern matched (real_func is its
+		// alias then), as bpftrace names a probe by its spec.
+		{"alias folds, named as matched", []string{"alias_func"}, []string{"alias_func"}},
+		{"alias glob folds", []string{"alias_*", "real_*"}, []string{"real_func"}},
 		{"all aliases one site", []string{"real_func", "alias_func", "weak_alias"}, []string{"real_func"}},
 		{"local", []string{"local_func"}, []string{"local_func"}},
 		{"weak", []string{"weak_only"}, []string{"weak_only"}},
