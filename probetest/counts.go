@@ -10,7 +10,7 @@ import (
 )
 
 // CheckCounts compares the counts a BPF program kept per site with want,
-// and fails tb with a table of the sites that differ, by name.
+// and fails tb with a line for each site that differs, "-want +got".
 //
 // counts is an array (or per-CPU array) map of 64-bit counters indexed by
 // the cookie multiprobe gives each site (its index in sites, from
@@ -22,12 +22,11 @@ import (
 //
 // keeps them. sites are a multiprobe.Plan's or Link's Sites, whose String
 // is "KIND:PATH:NAME" (any fmt.Stringer that names sites so will do: the
-// type parameter keeps this package below multiprobe's). want is keyed by
-// site name ("malloc", "python:line"), or by kind and name
-// ("uretprobe:malloc") where a plan has a function's entry and return;
-// sites of one kind and name (a USDT probe's, or one function in several
-// files) are summed. A site that want does not name must have 0: a count
-// under the wrong cookie shows.
+// type parameter keeps this package below multiprobe's). want is keyed as
+// [ReadCounts] keys: by site name ("malloc", "python:line"), and by kind
+// and name ("uretprobe:malloc") only for a name that sites of two kinds
+// share. A site that want does not name must have 0: a count under the
+// wrong cookie shows.
 func CheckCounts[S fmt.Stringer](tb testing.TB, sites []S, counts *ebpf.Map, want map[string]uint64) {
 	tb.Helper()
 	got, err := ReadCounts(sites, counts)
@@ -35,13 +34,15 @@ func CheckCounts[S fmt.Stringer](tb testing.TB, sites []S, counts *ebpf.Map, wan
 		tb.Fatal(err)
 	}
 	if diff := DiffCounts(got, want); diff != "" {
-		tb.Errorf("counts per site differ (-got +want):\n%s", diff)
+		tb.Errorf("counts per site differ (-want +got):\n%s", diff)
 	}
 }
 
 // ReadCounts reads the per-site counts of counts (see [CheckCounts]) into
-// a map keyed by kind and name ("uprobe:malloc", "usdt:python:line"), a
-// USDT probe's sites summed. The cookie of sites[i] is i.
+// a map keyed by site name ("malloc", "python:line"), or by kind and name
+// ("uprobe:malloc", "uretprobe:malloc") for a name that sites of two kinds
+// share: the keys CheckCounts takes. Sites of one key (a USDT probe's, or
+// one function in several files) are summed. The cookie of sites[i] is i.
 func ReadCounts[S fmt.Stringer](sites []S, counts *ebpf.Map) (map[string]uint64, error) {
 	perCPU := counts.Type() == ebpf.PerCPUArray
 	if t := counts.Type(); t != ebpf.Array && !perCPU || counts.ValueSize() != 8 {
@@ -50,6 +51,7 @@ func ReadCounts[S fmt.Stringer](sites []S, counts *ebpf.Map) (map[string]uint64,
 	if int(counts.MaxEntries()) < len(sites) {
 		return nil, errorf("counts map %v has %d entries for %d sites: make it at least that large", counts, counts.MaxEntries(), len(sites))
 	}
+	keys := siteKeys(sites)
 	got := make(map[string]uint64, len(sites))
 	for i, s := range sites {
 		var n uint64
@@ -64,61 +66,94 @@ func ReadCounts[S fmt.Stringer](sites []S, counts *ebpf.Map) (map[string]uint64,
 		} else if err := counts.Lookup(uint32(i), &n); err != nil {
 			return nil, errorf("reading the count of site %d (%s): %w", i, s, err)
 		}
-		got[kindAndName(s.String())] += n
+		got[keys[i]] += n
 	}
 	return got, nil
 }
 
-// DiffCounts returns the counts of got (keyed by kind and name, as
-// ReadCounts returns them) that differ from want (keyed by name, or kind
-// and name), a line each, or "" if none do.
+// DiffCounts returns the counts of got (as ReadCounts returns them) that
+// differ from want (keyed the same way), a line each, "KEY: -WANT +GOT",
+// or "" if none do. A key of want that got lacks says which key to give.
 func DiffCounts(got, want map[string]uint64) string {
-	// want's plain names stand for any kind; a name two kinds share must
-	// be given with its kind.
-	expect := map[string]uint64{}
-	var b strings.Builder
-	for key, n := range want {
-		if _, ok := got[key]; ok {
-			expect[key] = n
-			continue
-		}
-		matched := 0
-		for g := range got {
-			if _, name, _ := strings.Cut(g, ":"); name == key {
-				expect[g] = n
-				matched++
-			}
-		}
-		switch matched {
-		case 0:
-			fmt.Fprintf(&b, "  %s: no such site\n", key)
-		case 1:
-		default:
-			fmt.Fprintf(&b, "  %s: %d sites of different kinds have that name: give the kind too (uprobe:%s)\n", key, matched, key)
-		}
-	}
-	keys := make([]string, 0, len(got))
+	keys := make([]string, 0, len(got)+len(want))
 	for k := range got {
 		keys = append(keys, k)
 	}
+	for k := range want {
+		if _, ok := got[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
 	slices.Sort(keys)
+	var b strings.Builder
 	for _, k := range keys {
-		if got[k] != expect[k] {
-			fmt.Fprintf(&b, "  %s: -%d +%d\n", k, got[k], expect[k])
+		g, ok := got[k]
+		if !ok {
+			fmt.Fprintf(&b, "  %s: no such site%s\n", k, keyHint(k, got))
+			continue
+		}
+		if w := want[k]; g != w {
+			fmt.Fprintf(&b, "  %s: -%d +%d\n", k, w, g)
 		}
 	}
 	return b.String()
 }
 
-// kindAndName drops the path from a site's "KIND:PATH:NAME": a USDT
-// probe's name is its last two fields (PROVIDER:NAME), a function's its
-// last.
-func kindAndName(site string) string {
+// keyHint says why key, which got lacks, may be a site's all the same:
+// given with a kind its name does not need, or without one it does.
+func keyHint(key string, got map[string]uint64) string {
+	if kind, name, ok := strings.Cut(key, ":"); ok && isKind(kind) {
+		if _, ok := got[name]; ok {
+			return fmt.Sprintf(" (its key is %s: the kind goes only before a name that two kinds share)", name)
+		}
+	}
+	var kinded []string
+	for k := range got {
+		if kind, name, ok := strings.Cut(k, ":"); ok && isKind(kind) && name == key {
+			kinded = append(kinded, k)
+		}
+	}
+	if len(kinded) > 0 {
+		slices.Sort(kinded)
+		return fmt.Sprintf(" (sites of %d kinds have that name: give %s)", len(kinded), strings.Join(kinded, " or "))
+	}
+	return ""
+}
+
+func isKind(s string) bool { return s == "uprobe" || s == "uretprobe" || s == "usdt" }
+
+// siteKeys returns each site's key in ReadCounts' map: its name, or
+// KIND:NAME where sites of two kinds share the name.
+func siteKeys[S fmt.Stringer](sites []S) []string {
+	kinds := make([]string, len(sites))
+	names := make([]string, len(sites))
+	first := map[string]string{} // name -> the first kind seen
+	shared := map[string]bool{}
+	for i, s := range sites {
+		kinds[i], names[i] = kindAndName(s.String())
+		if k, ok := first[names[i]]; !ok {
+			first[names[i]] = kinds[i]
+		} else if k != kinds[i] {
+			shared[names[i]] = true
+		}
+	}
+	for i := range names {
+		if shared[names[i]] {
+			names[i] = kinds[i] + ":" + names[i]
+		}
+	}
+	return names
+}
+
+// kindAndName splits a site's "KIND:PATH:NAME" into its kind and name: a
+// USDT probe's name is its last two fields (PROVIDER:NAME), a function's
+// its last.
+func kindAndName(site string) (kind, name string) {
 	kind, rest, _ := strings.Cut(site, ":")
 	fields := strings.Split(rest, ":")
 	n := 1
 	if kind == "usdt" && len(fields) > 2 {
 		n = 2
 	}
-	return kind + ":" + strings.Join(fields[len(fields)-n:], ":")
+	return kind, strings.Join(fields[len(fields)-n:], ":")
 }

@@ -138,6 +138,9 @@ func CheckLeaks(tb testing.TB, progs ...*ebpf.Program) {
 	tb.Helper()
 	s := TakeSnapshot(tb, progs...)
 	tb.Cleanup(func() {
+		// A helper cleanup reports at the test's line that called
+		// CheckLeaks, not at this one.
+		tb.Helper()
 		for _, p := range progs {
 			if p.FD() < 0 {
 				tb.Errorf("probetest: CheckLeaks: program %v was closed before the check: close it in a Cleanup registered before CheckLeaks", p)

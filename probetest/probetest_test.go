@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -125,7 +126,7 @@ func TestCheckCounts(t *testing.T) {
 		t.Fatalf("target: %d, %v", status, err)
 	}
 	want := map[string]uint64{
-		"uprobe:func_00000": uint64(testprogs.ExpectedCalls(0, 2)),
+		"func_00000":        uint64(testprogs.ExpectedCalls(0, 2)),
 		"uprobe:func_00001": uint64(testprogs.ExpectedCalls(1, 2)),
 		"func_00002":        uint64(testprogs.ExpectedCalls(2, 2)),
 		// Attach attaches the one program to every site, the return too.
@@ -137,13 +138,19 @@ func TestCheckCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// ReadCounts keys as CheckCounts does: the same map, no difference.
+	if diff := probetest.DiffCounts(got, want); diff != "" {
+		t.Errorf("ReadCounts' map differs from CheckCounts' want:\n%s", diff)
+	}
 	want["func_00002"]++
 	want["func_00001"] = 1
+	want["uprobe:func_00000"] = 1
 	want["nope"] = 1
 	diff := probetest.DiffCounts(got, want)
 	for _, line := range []string{
-		"uprobe:func_00002: -4 +5\n",
-		"func_00001: 2 sites of different kinds have that name: give the kind too",
+		"func_00002: -5 +4\n",
+		"func_00001: no such site (sites of 2 kinds have that name: give uprobe:func_00001 or uretprobe:func_00001)\n",
+		"uprobe:func_00000: no such site (its key is func_00000: the kind goes only before a name that two kinds share)\n",
 		"nope: no such site\n",
 	} {
 		if !strings.Contains(diff, line) {
@@ -225,4 +232,38 @@ func loadCounter(t *testing.T, plan *multiprobe.Plan) *testprogs.Counter {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// leakChildEnv makes TestCheckLeaksLine, run again by itself, leak a file
+// descriptor after CheckLeaks and print the line of that call.
+const leakChildEnv = "PROBETEST_LEAK_CHILD"
+
+// TestCheckLeaksLine wants CheckLeaks' report at the line of the test that
+// called it, where a user looks, not at a line of package probetest.
+func TestCheckLeaksLine(t *testing.T) {
+	if os.Getenv(leakChildEnv) == "1" {
+		_, _, line, _ := runtime.Caller(0)
+		probetest.CheckLeaks(t)
+		fmt.Printf("CheckLeaks at line %d\n", line+1)
+		if _, err := os.Open("/dev/null"); err != nil { // left open
+			t.Fatal(err)
+		}
+		return
+	}
+	probetest.RequireRoot(t) // CheckLeaks lists the kernel's links
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCheckLeaksLine$", "-test.v")
+	cmd.Env = append(os.Environ(), leakChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the leaking test passed:\n%s", out)
+	}
+	var line int
+	_, at, _ := strings.Cut(string(out), "CheckLeaks at line ")
+	if _, err := fmt.Sscanf(at, "%d", &line); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	want := fmt.Sprintf("probetest_test.go:%d: when the test ended: ", line)
+	if !strings.Contains(string(out), want) {
+		t.Errorf("CheckLeaks did not report at the test's line (want %q):\n%s", want, out)
+	}
 }
