@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -91,7 +92,7 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mem, "mem", "2G", "guest memory")
 	fs.IntVar(&o.smp, "smp", 2, "guest CPUs")
 	fs.StringVar(&o.accel, "accel", "", "kvm or tcg (default: kvm where /dev/kvm is usable)")
-	fs.BoolVar(&o.verbose, "v", false, "print every test's output, not only failures'")
+	fs.BoolVar(&o.verbose, "v", false, "print every test's output, not only failures' (runs the tests with -test.v)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work directory (initramfs, test binaries) and say where")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: vmrun [flags] PACKAGES... [-- TEST FLAGS...]")
@@ -127,6 +128,10 @@ func parseArgs(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.accel != "" && o.accel != "kvm" && o.accel != "tcg" {
 		return nil, fmt.Errorf("-accel %s: want kvm or tcg", o.accel)
+	}
+	// -v is go test's -v too: the guest prints each test's name and log.
+	if o.verbose && !slices.ContainsFunc(o.flags, func(f string) bool { return strings.TrimLeft(f, "-") == "v" || strings.TrimLeft(f, "-") == "test.v" }) {
+		o.flags = append([]string{"-test.v"}, o.flags...)
 	}
 	// A test flag without the "-test." prefix gets it: "-run X" is
 	// "-test.run X", as go test takes it.
@@ -178,13 +183,13 @@ func runKernel(ctx context.Context, o *options, s series, stdout io.Writer) (str
 	}
 	fmt.Fprintf(stdout, "vmrun: booting Linux %s (%d %s)\n", release, len(pkgs), plural(len(pkgs), "package", "packages"))
 	start := time.Now()
-	status, err := boot(ctx, o, kernel, initrd, stdout)
+	status, missing, err := boot(ctx, o, kernel, initrd, stdout)
 	took := time.Since(start).Round(time.Second)
 	if err != nil {
-		return "", fmt.Errorf("%s, after %v", err, took)
+		return "", fmt.Errorf("%s, after %v%s", err, took, filesHint(missing))
 	}
 	if status != 0 {
-		return "", fmt.Errorf("tests failed (exit %d) on Linux %s, in %v", status, release, took)
+		return "", fmt.Errorf("tests failed (exit %d) on Linux %s, in %v%s", status, release, took, filesHint(missing))
 	}
 	return fmt.Sprintf("ok   Linux %s, %d %s, in %v", release, len(pkgs), plural(len(pkgs), "package", "packages"), took), nil
 }
@@ -226,8 +231,9 @@ func hostPackages(pkgs ...string) error {
 }
 
 // boot runs QEMU until the guest powers off, copying its console to
-// stdout, and returns the status the guest reported.
-func boot(ctx context.Context, o *options, kernel, initrd string, stdout io.Writer) (int, error) {
+// stdout, and returns the status the guest reported and the programs its
+// tests could not run.
+func boot(ctx context.Context, o *options, kernel, initrd string, stdout io.Writer) (status int, missing []string, err error) {
 	accel := o.accel
 	if accel == "" {
 		// A PVM /dev/kvm boots only PVM-enabled guest kernels; Debian's
@@ -256,14 +262,33 @@ func boot(ctx context.Context, o *options, kernel, initrd string, stdout io.Writ
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("starting qemu: %w", err)
+		return 0, nil, fmt.Errorf("starting qemu: %w", err)
 	}
-	status := -1
-	sc := bufio.NewScanner(out)
+	status, missing = readConsole(out, stdout)
+	werr := cmd.Wait()
+	switch {
+	case ctx.Err() != nil:
+		return 0, missing, fmt.Errorf("the guest did not finish within -timeout %v", o.timeout)
+	case status < 0:
+		return 0, missing, fmt.Errorf("the guest stopped without a result (a crash?): qemu: %v", werr)
+	}
+	return status, missing, nil
+}
+
+// missingRE matches what Go's os/exec says when a test runs a program the
+// guest does not have.
+var missingRE = regexp.MustCompile(`fork/exec (/\S+): no such file or directory|exec: "([^"]+)": executable file not found in \$PATH`)
+
+// readConsole copies the guest's console to stdout, but for the line that
+// reports the tests' status, which it returns (-1 if none came), with the
+// programs the tests could not run because the guest lacks them.
+func readConsole(console io.Reader, stdout io.Writer) (status int, missing []string) {
+	status = -1
+	sc := bufio.NewScanner(console)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimRight(sc.Text(), "\r")
@@ -271,16 +296,23 @@ func boot(ctx context.Context, o *options, kernel, initrd string, stdout io.Writ
 			status, _ = strconv.Atoi(v)
 			continue
 		}
+		for _, m := range missingRE.FindAllStringSubmatch(line, -1) {
+			if p := m[1] + m[2]; !slices.Contains(missing, p) {
+				missing = append(missing, p)
+			}
+		}
 		fmt.Fprintln(stdout, line)
 	}
-	werr := cmd.Wait()
-	switch {
-	case ctx.Err() != nil:
-		return 0, fmt.Errorf("the guest did not finish within -timeout %v", o.timeout)
-	case status < 0:
-		return 0, fmt.Errorf("the guest stopped without a result (a crash?): qemu: %v", werr)
+	return status, missing
+}
+
+// filesHint says how to give the guest the programs it lacked.
+func filesHint(missing []string) string {
+	if len(missing) == 0 {
+		return ""
 	}
-	return status, nil
+	return fmt.Sprintf("; the guest has no %s, which a test ran: copy it in with -files %s",
+		strings.Join(missing, " or "), strings.Join(missing, ","))
 }
 
 var abiPattern = regexp.MustCompile(`Depends: linux-image-([0-9.]+-[0-9]+)-cloud-amd64`)

@@ -105,3 +105,56 @@ func TestInitScript(t *testing.T) {
 		}
 	}
 }
+
+// TestReadConsole reads a guest's console: the status line is kept out of
+// the output, and a program a test could not run is named, with the flag
+// that gives it to the guest.
+func TestReadConsole(t *testing.T) {
+	console := strings.Join([]string{
+		"=== RUN   TestBash",
+		"    x_test.go:12: fork/exec /bin/bash: no such file or directory",
+		`    y_test.go:7: exec: "python3": executable file not found in $PATH`,
+		"    x_test.go:20: fork/exec /bin/bash: no such file or directory",
+		"FAIL example.com/x 0.1s (exit 1)",
+		marker + "1",
+	}, "\r\n")
+	var out bytes.Buffer
+	status, missing := readConsole(strings.NewReader(console), &out)
+	if status != 1 {
+		t.Errorf("status %d, want 1", status)
+	}
+	if strings.Contains(out.String(), marker) || !strings.Contains(out.String(), "FAIL example.com/x") {
+		t.Errorf("console copied as:\n%s", out.String())
+	}
+	if !slices.Equal(missing, []string{"/bin/bash", "python3"}) {
+		t.Errorf("missing %q, want /bin/bash and python3", missing)
+	}
+	if hint, want := filesHint(missing), "; the guest has no /bin/bash or python3, which a test ran: copy it in with -files /bin/bash,python3"; hint != want {
+		t.Errorf("hint %q, want %q", hint, want)
+	}
+	if status, missing := readConsole(strings.NewReader("panic\n"), io.Discard); status != -1 || missing != nil {
+		t.Errorf("no status line: %d, %q", status, missing)
+	}
+}
+
+// TestVerbose: vmrun's -v runs the tests with -test.v, before the user's
+// own test flags, once.
+func TestVerbose(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-v", "./..."}, []string{"-test.v"}},
+		{[]string{"-v", "./...", "--", "-run", "X", "arg"}, []string{"-test.v", "-test.run", "X", "arg"}},
+		{[]string{"-v", "./...", "--", "-v"}, []string{"-test.v"}},
+		{[]string{"./...", "--", "-run", "X"}, []string{"-test.run", "X"}},
+	} {
+		o, err := parseArgs(tt.args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(o.flags, tt.want) {
+			t.Errorf("%q: test flags %q, want %q", tt.args, o.flags, tt.want)
+		}
+	}
+}
