@@ -8,7 +8,10 @@ require (
 	golang.org/x/sys v0.47.0
 )
 
-require golang.org/x/arch v0.30.0
+require (
+	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
+	golang.org/x/arch v0.30.0
+)
 
 require (
 	github.com/rogpeppe/go-internal v1.14.1

@@ -2,167 +2,87 @@ package profile
 
 import (
 	"bufio"
-	"compress/gzip"
 	"fmt"
 	"io"
 	"strings"
+
+	pprof "github.com/google/pprof/profile"
 )
 
-// WritePprof writes s as a gzipped pprof profile (the protocol buffer of
-// github.com/google/pprof/proto/profile.proto), which `go tool pprof`
+// WritePprof writes s as a gzipped pprof profile, which `go tool pprof`
 // opens: each sample's stack is the program, then the BPF function and
 // source line it ran, then the kernel function that line called where
 // the time went there, with a count of samples and the CPU time they
 // stand for. pprof's source view reads the files where the lines name
-// them, relative to where the program was compiled.
+// them, relative to where the program was compiled. The profile is built
+// and checked with pprof's own package before it is written.
 func (s *Samples) WritePprof(w io.Writer) error {
-	zw := gzip.NewWriter(w)
-	if _, err := zw.Write(s.pprof()); err != nil {
-		return fmt.Errorf("profile: writing pprof: %w", err)
+	p := s.pprof()
+	if err := p.CheckValid(); err != nil {
+		return fmt.Errorf("profile: pprof profile of %s: %w", s.Program, err)
 	}
-	if err := zw.Close(); err != nil {
+	if err := p.Write(w); err != nil {
 		return fmt.Errorf("profile: writing pprof: %w", err)
 	}
 	return nil
 }
 
-// pprof encodes s as an uncompressed profile.proto message. The field
-// numbers are profile.proto's.
-func (s *Samples) pprof() []byte {
-	var p pb
-	strs := map[string]int64{"": 0}
-	table := []string{""}
-	str := func(v string) int64 {
-		i, ok := strs[v]
-		if !ok {
-			i = int64(len(table))
-			strs[v] = i
-			table = append(table, v)
-		}
-		return i
+// pprof builds s as a pprof profile.
+func (s *Samples) pprof() *pprof.Profile {
+	p := &pprof.Profile{
+		SampleType:    []*pprof.ValueType{{Type: "samples", Unit: "count"}, {Type: "cpu", Unit: "nanoseconds"}},
+		PeriodType:    &pprof.ValueType{Type: "cpu", Unit: "nanoseconds"},
+		Period:        int64(s.Period),
+		TimeNanos:     s.Start.UnixNano(),
+		DurationNanos: int64(s.Duration),
 	}
-	valueType := func(typ, unit string) []byte {
-		var m pb
-		m.int(1, str(typ))
-		m.int(2, str(unit))
-		return m.b
-	}
-	p.bytes(1, valueType("samples", "count")) // sample_type
-	p.bytes(1, valueType("cpu", "nanoseconds"))
+	// One mapping, the program's JIT image, so that pprof names it and
+	// knows the functions and lines are already there.
+	image := &pprof.Mapping{ID: 1, Start: s.start, Limit: s.end, File: "bpf_prog_" + s.Program,
+		HasFunctions: true, HasFilenames: true, HasLineNumbers: true}
+	p.Mapping = []*pprof.Mapping{image}
 
 	// Functions: the program itself (the root of every stack), then each
 	// BPF function by name and file: a function's lines can be in several
 	// files (a header's inlined function), and pprof takes a line's file
 	// from its function.
 	type fnKey struct{ name, file string }
-	funcs := map[fnKey]uint64{}
-	function := func(name, file string) uint64 {
-		if id, ok := funcs[fnKey{name, file}]; ok {
-			return id
+	funcs := map[fnKey]*pprof.Function{}
+	function := func(name, file string) *pprof.Function {
+		if f, ok := funcs[fnKey{name, file}]; ok {
+			return f
 		}
-		id := uint64(len(funcs) + 1)
-		funcs[fnKey{name, file}] = id
-		var m pb
-		m.uint(1, id)
-		m.int(2, str(name))
-		m.int(3, str(name))
-		m.int(4, str(file))
-		p.bytes(5, m.b)
-		return id
+		f := &pprof.Function{ID: uint64(len(p.Function) + 1), Name: name, SystemName: name, Filename: file}
+		funcs[fnKey{name, file}] = f
+		p.Function = append(p.Function, f)
+		return f
 	}
-	// One mapping, the program's JIT image, so that pprof names it and
-	// knows the functions and lines are already there.
-	var m pb
-	m.uint(1, 1)
-	m.uint(2, s.start)
-	m.uint(3, s.end)
-	m.int(5, str("bpf_prog_"+s.Program))
-	for field := 7; field <= 9; field++ { // has_functions, _filenames, _line_numbers
-		m.uint(field, 1)
+	location := func(fn *pprof.Function, addr uint64, line int) *pprof.Location {
+		l := &pprof.Location{ID: uint64(len(p.Location) + 1), Mapping: image, Address: addr,
+			Line: []pprof.Line{{Function: fn, Line: int64(line)}}}
+		p.Location = append(p.Location, l)
+		return l
 	}
-	p.bytes(3, m.b)
-	location := func(id, fn, addr uint64, line int) {
-		var l pb
-		l.uint(1, fn)
-		l.int(2, int64(line))
-		var m pb
-		m.uint(1, id)
-		m.uint(2, 1)
-		m.uint(3, addr)
-		m.bytes(4, l.b)
-		p.bytes(4, m.b)
+	sample := func(n uint64, stack ...*pprof.Location) { // the leaf first
+		p.Sample = append(p.Sample, &pprof.Sample{Location: stack, Value: []int64{int64(n), int64(n) * int64(s.Period)}})
 	}
-	root := "bpf_prog " + s.Program
-	location(1, function(root, ""), s.start, 0)
-	nextID := uint64(2)
-	callees := map[string]uint64{} // kernel function → its location
-	sample := func(n uint64, locs ...uint64) {
-		var m pb
-		m.packed(1, locs...) // location_id, the leaf first
-		m.packed(2, n, n*uint64(s.Period))
-		p.bytes(2, m.b)
-	}
+	root := location(function("bpf_prog "+s.Program, ""), s.start, 0)
+	callees := map[string]*pprof.Location{} // kernel function → its location
 	for _, l := range s.Lines {
-		id := nextID
-		nextID++
-		location(id, function(l.Func, l.File), l.addr, l.Line)
+		line := location(function(l.Func, l.File), l.addr, l.Line)
 		if l.Self > 0 {
-			sample(l.Self, id, 1)
+			sample(l.Self, line, root)
 		}
 		for _, c := range l.Callees {
-			cid, ok := callees[c.Func]
+			callee, ok := callees[c.Func]
 			if !ok {
-				cid = nextID
-				nextID++
-				callees[c.Func] = cid
-				location(cid, function(c.Func, "[kernel]"), 0, 0)
+				callee = location(function(c.Func, "[kernel]"), 0, 0)
+				callees[c.Func] = callee
 			}
-			sample(c.Samples, cid, id, 1)
+			sample(c.Samples, callee, line, root)
 		}
 	}
-	p.int(9, s.Start.UnixNano())                 // time_nanos
-	p.int(10, int64(s.Duration))                 // duration_nanos
-	p.bytes(11, valueType("cpu", "nanoseconds")) // period_type
-	p.int(12, int64(s.Period))                   // period
-	for _, v := range table {
-		p.bytes(6, []byte(v)) // string_table, in order
-	}
-	return p.b
-}
-
-// pb appends protocol buffer fields.
-type pb struct{ b []byte }
-
-func (p *pb) varint(v uint64) {
-	for v >= 0x80 {
-		p.b = append(p.b, byte(v)|0x80)
-		v >>= 7
-	}
-	p.b = append(p.b, byte(v))
-}
-
-func (p *pb) uint(field int, v uint64) {
-	if v == 0 {
-		return // the default, as proto3 leaves it out
-	}
-	p.varint(uint64(field) << 3)
-	p.varint(v)
-}
-
-func (p *pb) int(field int, v int64) { p.uint(field, uint64(v)) }
-
-func (p *pb) bytes(field int, v []byte) {
-	p.varint(uint64(field)<<3 | 2)
-	p.varint(uint64(len(v)))
-	p.b = append(p.b, v...)
-}
-
-func (p *pb) packed(field int, vs ...uint64) {
-	var m pb
-	for _, v := range vs {
-		m.varint(v)
-	}
-	p.bytes(field, m.b)
+	return p
 }
 
 // WriteFolded writes s as folded stacks, as flame graph tools read them:
