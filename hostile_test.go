@@ -263,71 +263,18 @@ func TestMisuse(t *testing.T) {
 		}
 	})
 
-	t.Run("pid filter not prepared", func(t *testing.T) {
-		self := os.Getpid()
-		pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Features: &f, PIDs: []int{self}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pl.Close()
-		// Loaded for the path, but not through this plan's Prepare.
-		c, err := testprogs.LoadCounter(f.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		l, err := pl.Attach(c.CountEntry)
-		if err == nil {
-			l.Close()
-			t.Fatal("attached")
-		}
-		if !errors.Is(err, multiprobe.ErrNoPIDFilter) {
-			t.Errorf("%v, want ErrNoPIDFilter", err)
-		}
-	})
-
-	// A spec loaded without the plan's Prepare, on each path, with and
-	// without a pid set: the error says what to call, in one line, and
-	// tells no one to give Options.PIDs who gave them.
+	// A spec loaded without the plan's Prepare (as it is, or prepared for
+	// the path alone), on each path, with and without a pid set: the
+	// error says what to call, in one line, and tells no one to give
+	// Options.PIDs who gave them.
 	t.Run("not prepared", func(t *testing.T) {
 		for _, f := range paths(t) {
-			for _, pids := range [][]int{nil, {os.Getpid()}} {
-				t.Run(fmt.Sprintf("%s/pids=%v", f.Path(), pids != nil), func(t *testing.T) {
-					pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Features: &f, PIDs: pids})
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer pl.Close()
-					spec, err := testprogs.CounterSpec()
-					if err != nil {
-						t.Fatal(err)
-					}
-					c, err := testprogs.NewCounter(spec)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer c.Close()
-					l, err := pl.Attach(c.CountEntry)
-					// A perf-event uprobe takes a program of any attach
-					// type, and a kernel with cookies needs no clones:
-					// there, only a pid set needs the plan's Prepare.
-					needed := f.Path() == kernelprobe.PathUprobeMulti || pids != nil || !f.Cookies
-					if err == nil {
-						l.Close()
-						if needed {
-							t.Fatal("attached")
-						}
-						return
-					}
-					msg := err.Error()
-					if !strings.Contains(msg, "plan.Prepare(spec)") || strings.Contains(msg, "\n") || strings.Contains(msg, "give the plan Options.PIDs") {
-						t.Errorf("%v\nwant one line that says to call plan.Prepare(spec)", err)
-					}
-					if pids != nil && !errors.Is(err, multiprobe.ErrNotPrepared) {
-						t.Errorf("%v, want ErrNotPrepared", err)
-					}
-					t.Log(err)
-				})
+			for _, forPath := range []bool{false, true} {
+				for _, pids := range [][]int{nil, {os.Getpid()}} {
+					t.Run(fmt.Sprintf("%s/forpath=%v/pids=%v", f.Path(), forPath, pids != nil), func(t *testing.T) {
+						testNotPrepared(t, f, target, forPath, pids)
+					})
+				}
 			}
 		}
 	})
@@ -451,4 +398,45 @@ func TestClonesLeaveNothing(t *testing.T) {
 		t.Errorf("%v, want ErrFDBudget", err)
 	}
 	before.Check(t, "after the failed attach")
+}
+
+func testNotPrepared(t *testing.T, f kernelprobe.Features, target string, forPath bool, pids []int) {
+	pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+target+":func_*"), &multiprobe.Options{Features: &f, PIDs: pids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	var c *testprogs.Counter
+	if forPath {
+		c, err = testprogs.LoadCounter(f.Path())
+	} else {
+		var spec *ebpf.CollectionSpec
+		if spec, err = testprogs.CounterSpec(); err == nil {
+			c, err = testprogs.NewCounter(spec)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := pl.Attach(c.CountEntry)
+	// A perf-event uprobe takes a program of any attach type, and a
+	// kernel with cookies needs no clones: there, only a pid set needs
+	// the plan's Prepare.
+	needed := pids != nil || !f.Cookies || (!forPath && f.Path() == kernelprobe.PathUprobeMulti)
+	if err == nil {
+		l.Close()
+		if needed {
+			t.Fatal("attached")
+		}
+		return
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "plan.Prepare(spec)") || strings.Contains(msg, "\n") || strings.Contains(msg, "give the plan Options.PIDs") {
+		t.Errorf("%v\nwant one line that says to call plan.Prepare(spec)", err)
+	}
+	if pids != nil && (!errors.Is(err, multiprobe.ErrNotPrepared) || !errors.Is(err, multiprobe.ErrNoPIDFilter)) {
+		t.Errorf("%v, want ErrNotPrepared and ErrNoPIDFilter", err)
+	}
+	t.Log(err)
 }
