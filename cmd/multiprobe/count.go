@@ -391,7 +391,7 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 	case pid != 0:
 		exited = processExit(pid)
 	case duration == 0:
-		fmt.Fprintf(stderr, "tracing %d sites; Ctrl-C to stop\n", plan.Len())
+		fmt.Fprintf(stderr, "tracing %d %s; Ctrl-C to stop\n", plan.Len(), plural(plan.Len(), "site", "sites"))
 	}
 	var deadline <-chan time.Time
 	if duration > 0 {
