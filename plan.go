@@ -148,7 +148,7 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 		return nil, fmt.Errorf("%w: no probes", ErrBadSpec)
 	}
 	for i := range probes {
-		if err := probes[i].validate(); err != nil {
+		if err := probes[i].check(""); err != nil {
 			return nil, err
 		}
 	}

@@ -90,18 +90,9 @@ func ParseProbe(spec string) (Probe, error) {
 	if i < 0 {
 		return Probe{}, fmt.Errorf("%w %q: missing the function pattern (want %s:TARGET:PATTERN)", ErrBadSpec, spec, kind)
 	}
-	p.Target, rest = rest[:i], rest[i+1:]
-	if p.Target == "" {
-		return Probe{}, fmt.Errorf("%w %q: empty target (want a path or a library name)", ErrBadSpec, spec)
-	}
-	for _, pat := range strings.Split(rest, ",") {
-		if pat == "" || pat == "!" {
-			return Probe{}, fmt.Errorf("%w %q: empty pattern", ErrBadSpec, spec)
-		}
-		p.Patterns = append(p.Patterns, pat)
-	}
-	if !containsInclusion(p.Patterns) {
-		return Probe{}, fmt.Errorf("%w %q: only exclusions: add a pattern that selects functions", ErrBadSpec, spec)
+	p.Target, p.Patterns = rest[:i], strings.Split(rest[i+1:], ",")
+	if err := p.check(spec); err != nil {
+		return Probe{}, err
 	}
 	return p, nil
 }
@@ -144,43 +135,52 @@ func parseUSDT(spec, rest string) (Probe, error) {
 	default:
 		return Probe{}, fmt.Errorf("%w %q: want usdt:TARGET:PROVIDER:NAME", ErrBadSpec, spec)
 	}
-	if p.Target == "" {
-		return Probe{}, fmt.Errorf("%w %q: empty target (want a path or a library name)", ErrBadSpec, spec)
-	}
-	provider, name, _ := strings.Cut(p.Patterns[0], ":")
-	if provider == "" || name == "" || strings.ContainsAny(p.Patterns[0], ",!") {
-		return Probe{}, fmt.Errorf("%w %q: want one PROVIDER:NAME glob pattern", ErrBadSpec, spec)
+	if err := p.check(spec); err != nil {
+		return Probe{}, err
 	}
 	return p, nil
 }
 
-// validate refuses a Probe that ParseProbe would not have made.
-func (p *Probe) validate() error {
+// check is the one set of rules a Probe keeps, whether ParseProbe made it
+// or a caller built it: what ParseProbe refuses, Resolve refuses too.
+// spec names the probe in the error: the text it was parsed from, or "".
+func (p *Probe) check(spec string) error {
+	if spec == "" {
+		spec = p.String()
+	}
 	switch p.Kind {
 	case Entry, Return, USDT:
 	default:
-		return fmt.Errorf("%w %s: unknown Kind %d (want Entry, Return or USDT)", ErrBadSpec, p, int(p.Kind))
+		return fmt.Errorf("%w %q: unknown Kind %d (want Entry, Return or USDT)", ErrBadSpec, spec, int(p.Kind))
 	}
 	if p.Target == "" {
-		return fmt.Errorf("%w %s: empty target (want a path or a library name)", ErrBadSpec, p)
+		return fmt.Errorf("%w %q: empty target (want a path or a library name)", ErrBadSpec, spec)
 	}
 	if p.Kind == USDT {
 		if len(p.Patterns) != 1 {
-			return fmt.Errorf("%w %s: a USDT probe has exactly one PROVIDER:NAME pattern, not %d", ErrBadSpec, p, len(p.Patterns))
+			return fmt.Errorf("%w %q: want one PROVIDER:NAME glob pattern", ErrBadSpec, spec)
 		}
 		provider, name, ok := strings.Cut(p.Patterns[0], ":")
-		if !ok || provider == "" || name == "" {
-			return fmt.Errorf("%w %s: want one PROVIDER:NAME glob pattern", ErrBadSpec, p)
+		if !ok || provider == "" || name == "" || strings.ContainsAny(p.Patterns[0], ",!") || strings.Contains(name, ":") {
+			return fmt.Errorf("%w %q: want one PROVIDER:NAME glob pattern", ErrBadSpec, spec)
 		}
 		return nil
 	}
+	if len(p.Patterns) == 0 {
+		return fmt.Errorf("%w %q: empty pattern", ErrBadSpec, spec)
+	}
 	for _, pat := range p.Patterns {
-		if pat == "" || pat == "!" {
-			return fmt.Errorf("%w %s: empty pattern", ErrBadSpec, p)
+		switch {
+		case pat == "" || pat == "!":
+			return fmt.Errorf("%w %q: empty pattern", ErrBadSpec, spec)
+		case strings.ContainsAny(pat, ":,"):
+			// The text form could not carry it: the patterns follow the
+			// target's last ':', split at ','.
+			return fmt.Errorf("%w %q: pattern %q has a ':' or ','; match C++ and Go names' \"::\" with '*'", ErrBadSpec, spec, pat)
 		}
 	}
 	if !containsInclusion(p.Patterns) {
-		return fmt.Errorf("%w %s: no pattern selects functions (only exclusions, or none)", ErrBadSpec, p)
+		return fmt.Errorf("%w %q: only exclusions: add a pattern that selects functions", ErrBadSpec, spec)
 	}
 	return nil
 }

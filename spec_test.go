@@ -44,6 +44,43 @@ func TestParseProbeErrors(t *testing.T) {
 	}
 }
 
+// TestOneValidation: a Probe built by hand is held to the rules a parsed
+// one is. Where its text parses back to it, Resolve's check and ParseProbe
+// give the same verdict and the same message; where it does not (a
+// pattern with ':' or ',', which the text cannot carry), check refuses it.
+func TestOneValidation(t *testing.T) {
+	for _, p := range []Probe{
+		{Entry, "/bin/bash", []string{"xmalloc"}},
+		{Return, "/bin/bash", []string{"x*", "!xfree"}},
+		{USDT, "/usr/bin/python3", []string{"python:line"}},
+		{USDT, "/usr/bin/python3", []string{"python:line,gc"}},
+		{USDT, "/usr/bin/python3", []string{"!python:line"}},
+		{USDT, "/usr/bin/python3", []string{"python:"}},
+		{USDT, "/usr/bin/python3", []string{"a:b", "c:d"}},
+		{USDT, "", []string{"a:b"}},
+		{Entry, "/bin/bash", []string{"a:b"}},
+		{Entry, "/bin/bash", []string{"a,b"}},
+		{Entry, "/bin/bash", nil},
+		{Entry, "/bin/bash", []string{"!a"}},
+		{Entry, "/bin/bash", []string{""}},
+		{Entry, "/bin/bash", []string{"!"}},
+		{Return, "", []string{"f"}},
+		{Kind(7), "/bin/bash", []string{"f"}},
+	} {
+		checked := p.check("")
+		q, parsed := ParseProbe(p.String())
+		roundTrip := parsed == nil && q.Kind == p.Kind && q.Target == p.Target && slices.Equal(q.Patterns, p.Patterns)
+		switch {
+		case roundTrip && checked != nil:
+			t.Errorf("%#v: parses from %q, but check says %v", p, p.String(), checked)
+		case !roundTrip && checked == nil:
+			t.Errorf("%#v: check takes it, but its text %q parses to %#v, %v", p, p.String(), q, parsed)
+		case checked != nil && parsed != nil && p.Kind != Kind(7) && checked.Error() != parsed.Error():
+			t.Errorf("%#v: check says %q, ParseProbe %q", p, checked, parsed)
+		}
+	}
+}
+
 func FuzzParseProbe(f *testing.F) {
 	f.Add("uprobe:/bin/bash:sh_*,!sh_free")
 	f.Add("ur:libc.so.6:malloc")
