@@ -26,14 +26,15 @@ var sitesPerLink = MaxSitesPerLink
 
 var (
 	// ErrUprobeMultiUnsupported: the kernel has no uprobe_multi links
-	// (before Linux 6.6). Use the per-site perf-event path instead.
-	ErrUprobeMultiUnsupported = errors.New("kernel has no uprobe_multi links (Linux 6.6+)")
+	// (before Linux 6.6). Use the per-site perf-event path instead. Like
+	// the other missing-feature errors, it wraps ebpf.ErrNotSupported.
+	ErrUprobeMultiUnsupported = target.Unsupported("kernel has no uprobe_multi links (Linux 6.6+)")
 	// ErrPIDFilterUnsupported: Options.PID was set, but the kernel's
 	// uprobe_multi pid filter matches one thread only (fixed in Linux 6.10).
-	ErrPIDFilterUnsupported = errors.New("kernel's uprobe_multi pid filter misses all threads but one (fixed in Linux 6.10)")
+	ErrPIDFilterUnsupported = target.Unsupported("kernel's uprobe_multi pid filter misses all threads but one (fixed in Linux 6.10)")
 	// ErrSessionUnsupported: Options.Session was set on a kernel without
 	// uprobe sessions (before Linux 6.13).
-	ErrSessionUnsupported = errors.New("kernel has no uprobe sessions (Linux 6.13+)")
+	ErrSessionUnsupported = target.Unsupported("kernel has no uprobe sessions (Linux 6.13+)")
 	// ErrWrongProgram: the program cannot be attached this way: it is not a
 	// kprobe-type program, or it was loaded for the other attach path (its
 	// expected attach type is not the one the link needs). Package fallback

@@ -18,8 +18,8 @@ import (
 
 // ErrRefCtrUnsupported: a target has ref-counter offsets, but the kernel's
 // perf-event uprobes cannot take one (before Linux 4.20, or without the
-// uprobe PMU).
-var ErrRefCtrUnsupported = errors.New("kernel's perf-event uprobes take no ref-counter offset (Linux 4.20+)")
+// uprobe PMU). It wraps ebpf.ErrNotSupported.
+var ErrRefCtrUnsupported = target.Unsupported("kernel's perf-event uprobes take no ref-counter offset (Linux 4.20+)")
 
 // Target is one binary and the sites to probe in it, as package attach
 // takes it.

@@ -3,8 +3,8 @@
 // attach path from it.
 //
 // [Detect] probes the kernel with tiny programs and link creations that must
-// fail with a known errno (so nothing is ever attached), caches the result,
-// and returns it as a plain [Features] value. [Features.Path] chooses between
+// fail with a known errno (so nothing is ever attached), caches a conclusive
+// result (an EPERM is none: the next call probes again), and returns it as a plain [Features] value. [Features.Path] chooses between
 // one uprobe_multi link per binary ([PathUprobeMulti], Linux 6.6+) and
 // per-site perf-event uprobes ([PathPerfEvent]). Because the kernel fixes a
 // program's attach path when the program is loaded, the path must be decided

@@ -110,10 +110,14 @@ func (f *Features) normalize() {
 	}
 }
 
+// detection is the kernel's answer, once there is one. Only a conclusive
+// answer is kept: an error (EPERM from a process that gains its
+// capabilities later, say) is no fact about the kernel, so the next Detect
+// probes again.
 type detection struct {
-	once     sync.Once
+	mu       sync.Mutex
+	done     bool
 	features Features
-	err      error
 }
 
 type parsedForce struct {
@@ -134,17 +138,24 @@ func init() { detected.Store(new(detection)) }
 // the kernel again.
 func resetForTest() { detected.Store(new(detection)) }
 
-// Detect returns the features of the running kernel. The kernel is probed on
-// the first call only; later calls return the cached result with
-// MULTIPROBE_FORCE (read on every call) and any [SetOverride] function
-// applied. Safe for concurrent use.
+// Detect returns the features of the running kernel. The kernel is probed
+// until a probe succeeds, then no more: later calls return the cached
+// result with MULTIPROBE_FORCE (read on every call) and any [SetOverride]
+// function applied. Safe for concurrent use.
 //
 // Probing needs CAP_BPF and CAP_PERFMON (or root). On error, the returned
-// Features hold what could be found out, at least the release.
+// Features hold what could be found out, at least the release, and the
+// next call probes again.
 func Detect() (Features, error) {
 	d := detected.Load()
-	d.once.Do(func() { d.features, d.err = probeAll() })
-	f, err := d.features, d.err
+	d.mu.Lock()
+	f, err := d.features, error(nil)
+	if !d.done {
+		if f, err = probeAll(); err == nil {
+			d.features, d.done = f, true
+		}
+	}
+	d.mu.Unlock()
 
 	pf, ferr := parseForceEnv()
 	if ferr != nil {

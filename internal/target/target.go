@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/cilium/ebpf"
 )
 
 var (
@@ -25,6 +27,16 @@ var (
 	// negative PID).
 	ErrInvalidOptions = errors.New("invalid options")
 )
+
+// Unsupported returns a sentinel for a kernel feature that is missing,
+// with msg as its text: it wraps ebpf.ErrNotSupported, as cilium/ebpf's
+// own missing-feature errors do, so that a caller can test for either.
+func Unsupported(msg string) error { return &unsupported{msg} }
+
+type unsupported struct{ msg string }
+
+func (e *unsupported) Error() string { return e.msg }
+func (e *unsupported) Unwrap() error { return ebpf.ErrNotSupported }
 
 // Target is one binary and the sites to probe in it.
 type Target struct {
