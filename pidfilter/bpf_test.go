@@ -71,6 +71,7 @@ func loadFilteredColl(t testing.TB, p kernelprobe.Path, inject bool) (*ebpf.Coll
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { f.Close() })
 	return coll, f
 }
 

@@ -26,6 +26,7 @@ func ExampleInject() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer filter.Close()
 	if err := filter.Acquire(1234, 5678); err != nil {
 		log.Fatal(err)
 	}

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe/internal/maplock"
 )
 
 // AllPIDs stands for every process: while anyone holds it, the filter
@@ -26,36 +27,16 @@ const AllPIDs = 0
 // id. Processes that share a pinned map must not change it at once.
 type Filter struct {
 	m, all *ebpf.Map
-	mu     *sync.Mutex // shared by every Filter of this map in the process
-	owned  bool        // NewFilter made the maps: Close closes them
+	mu     *maplock.Hold // the lock every Filter of this map in the process shares
+	owned  bool          // NewFilter made the maps: Close closes them
 }
 
 // ErrNotHeld is returned by Release for a pid that nobody holds.
 var ErrNotHeld = errors.New("pid not held")
 
-// mapLocks holds one mutex per map id: the read-modify-write of a
-// reference count must not interleave with another Filter's on the same
-// map.
-var mapLocks sync.Map // ebpf.MapID -> *sync.Mutex
-
-func lockFor(m *ebpf.Map) (*sync.Mutex, error) {
-	info, err := m.Info()
-	if err != nil {
-		return nil, fmt.Errorf("pidfilter: map info of %v: %w", m, err)
-	}
-	id, ok := info.ID()
-	if !ok {
-		// Kernels before 4.13 have no map ids; nothing else on them runs
-		// this library either, so one mutex for all is enough.
-		id = 0
-	}
-	mu, _ := mapLocks.LoadOrStore(id, new(sync.Mutex))
-	return mu.(*sync.Mutex), nil
-}
-
 // New wraps the loaded maps of a filter: pids (named MapName) and all
 // (named AllMapName). The Filter does not own them: closing the
-// collection closes them.
+// collection closes them. Close the Filter when done with it.
 func New(pids, all *ebpf.Map) (*Filter, error) {
 	for _, c := range []struct {
 		m    *ebpf.Map
@@ -69,9 +50,9 @@ func New(pids, all *ebpf.Map) (*Filter, error) {
 			return nil, fmt.Errorf("pidfilter: map %v for %s is %v with key/value size %d/%d: %w", c.m, c.want.Name, got.Type, got.KeySize, got.ValueSize, ErrBadMap)
 		}
 	}
-	mu, err := lockFor(pids)
+	mu, err := maplock.For(pids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pidfilter: %w", err)
 	}
 	return &Filter{m: pids, all: all, mu: mu}, nil
 }
@@ -100,9 +81,11 @@ func NewFilter(maxPIDs uint32) (*Filter, error) {
 	return f, nil
 }
 
-// Close closes the maps if NewFilter made them; it does nothing for a
-// Filter from New or FromCollection.
+// Close closes the maps if NewFilter made them; for a Filter from New or
+// FromCollection, whose maps are the caller's, it only gives back the
+// Filter's share of the map's lock. Close every Filter when done with it.
 func (f *Filter) Close() error {
+	f.mu.Release()
 	if !f.owned {
 		return nil
 	}

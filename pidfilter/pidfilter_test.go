@@ -120,6 +120,7 @@ func TestFilterRefcounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer g.Close()
 	check := func(step string, want ...int) {
 		t.Helper()
 		got, err := f.PIDs()

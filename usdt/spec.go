@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
-	"sync"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe/internal/maplock"
 )
 
 // SpecArg is one argument of a Spec, the Go mirror of struct mp_usdt_arg
@@ -229,15 +230,11 @@ func checkSpecMap(t ebpf.MapType, key, value uint32) error {
 // Holders in one process serialise on the map's kernel id; processes that
 // share a pinned spec map must not acquire at once.
 type SpecIDs struct {
-	m        *ebpf.Map // a clone, owned
-	mu       *sync.Mutex
+	m        *ebpf.Map     // a clone, owned
+	mu       *maplock.Hold // shared by every holder of the map in the process
 	ids      []uint32
 	distinct []uint32
 }
-
-// specLocks holds one mutex per spec map id, for the read-modify-write of
-// reference counts.
-var specLocks sync.Map // ebpf.MapID -> *sync.Mutex
 
 // AcquireSpecs takes one reference on each distinct spec of specs in the
 // loaded spec map m, writing the specs that are not there yet into free
@@ -250,19 +247,21 @@ func AcquireSpecs(m *ebpf.Map, specs []Spec) (*SpecIDs, error) {
 	if err := checkSpecMap(m.Type(), m.KeySize(), m.ValueSize()); err != nil {
 		return nil, err
 	}
-	info, err := m.Info()
-	if err != nil {
-		return nil, fmt.Errorf("usdt: map info of %s: %w", SpecMapName, err)
-	}
-	mapID, _ := info.ID()
-	mu, _ := specLocks.LoadOrStore(mapID, new(sync.Mutex))
-	own, err := m.Clone()
+	// The lock of the reference counts' read-modify-write, shared by
+	// every holder of this map in the process.
+	mu, err := maplock.For(m)
 	if err != nil {
 		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
 	}
-	s := &SpecIDs{m: own, mu: mu.(*sync.Mutex)}
+	own, err := m.Clone()
+	if err != nil {
+		mu.Release()
+		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+	}
+	s := &SpecIDs{m: own, mu: mu}
 	if err := s.acquire(specs); err != nil {
 		own.Close()
+		mu.Release()
 		return nil, err
 	}
 	return s, nil
@@ -356,6 +355,7 @@ func (s *SpecIDs) Release() error {
 	s.distinct, s.ids = nil, nil
 	errs = append(errs, s.m.Close())
 	s.m = nil
+	s.mu.Release()
 	return errors.Join(errs...)
 }
 
