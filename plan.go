@@ -206,7 +206,7 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 			}
 			pp.sel, err = f.Select(p.Patterns...)
 			if err == nil && pp.sel.HasIFunc() && !pl.opts.IFuncResolvers {
-				pp.offs, pp.moved = ifunc.Sites(of.path, pp.sel.Sites())
+				pp.offs, pp.moved = ifunc.Sites(of.f, pp.sel.Sites())
 			}
 			if err == nil && p.Kind == Return && f.IsGo() && !pl.opts.GoKernelReturns {
 				if pp.rets, err = pp.sel.GoReturns(); err != nil {

@@ -64,7 +64,7 @@ func Open(path string) (*File, error) {
 	fd, err := fds.OpenRegular(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("open %s: %w", path, errors.Join(ErrNotFound, err))
+			return nil, &notFoundError{err.Error()} // ErrNotFound too, in one line
 		}
 		return nil, err
 	}

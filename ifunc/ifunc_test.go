@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/probetest"
 )
@@ -145,7 +147,7 @@ func TestSitesVDSO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	offsets, moved := ifunc.Sites(libc, sites)
+	offsets, moved := sitesIn(t, libc, sites)
 	vdso := 0
 	for i, s := range sites {
 		t.Logf("%s: %s", s.Name, moved[i])
@@ -168,5 +170,66 @@ func TestSitesVDSO(t *testing.T) {
 	}
 	if runtime.GOARCH == "amd64" && vdso != 2 {
 		t.Errorf("%d sites say their implementation is in [vdso], want time and gettimeofday's", vdso)
+	}
+}
+
+// sitesIn is ifunc.Sites for the library at path, opened as multiprobe
+// opens one (confined to a process's root for a /proc/PID/root path).
+func sitesIn(t *testing.T, path string, sites []elfsym.Site) ([]uint64, []string) {
+	t.Helper()
+	f, err := fds.OpenRegular(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return ifunc.Sites(f, sites)
+}
+
+// TestSitesReadTheOpenFile resolves libc's strlen in a copy, then puts
+// another file at the copy's path: Sites still finds the implementation
+// in the file it was given, the one the sites came from, not in what the
+// path names now (a program, which has no IFUNCs to run).
+func TestSitesReadTheOpenFile(t *testing.T) {
+	probetest.RequireRoot(t) // the helper runs as the file's owner
+	libc, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "libc.so.6")
+	copyTo(t, libc, path)
+	f, err := fds.OpenRegular(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ef, err := elfsym.OpenFile(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	sites, err := ef.Resolve("strlen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other")
+	copyTo(t, "/bin/true", other)
+	if err := os.Rename(other, path); err != nil {
+		t.Fatal(err)
+	}
+	offsets, moved := ifunc.Sites(f, sites)
+	if !strings.HasPrefix(moved[0], ifunc.Moved) || offsets[0] == sites[0].Offset {
+		t.Errorf("strlen: offset %#x (resolver %#x): %s", offsets[0], sites[0].Offset, moved[0])
+	}
+}
+
+func copyTo(t *testing.T, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
+		t.Fatal(err)
 	}
 }

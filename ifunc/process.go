@@ -26,27 +26,29 @@ import (
 // the process's other objects have for its name, once bound. A resolver
 // found in neither gets 0, and an error says so, joined with the others.
 func ResolveIn(pid int, path string, resolvers []uint64) ([]uint64, error) {
-	out, whys, err := resolveIn(pid, path, resolvers)
+	// Confined to the process's root if path is in it, as every file
+	// multiprobe reads (fds.OpenRegular).
+	f, err := fds.OpenRegular(path)
+	if err != nil {
+		return nil, fmt.Errorf("ifunc: %w", err)
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("ifunc: %s: %w", path, err)
+	}
+	out, whys, err := resolveIn(pid, f, ef, resolvers)
 	if err != nil {
 		return nil, err
 	}
 	return out, errors.Join(whys...)
 }
 
-// resolveIn is ResolveIn with a reason per resolver, as resolve.
-func resolveIn(pid int, path string, resolvers []uint64) (out []uint64, whys []error, err error) {
-	// Confined to the process's root if path is in it, as every file
-	// multiprobe reads (fds.OpenRegular).
-	f, err := fds.OpenRegular(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ifunc: %w", err)
-	}
-	defer f.Close()
+// resolveIn is ResolveIn for the library open as f and read as ef, with a
+// reason per resolver, as resolve.
+func resolveIn(pid int, f *os.File, ef *elf.File, resolvers []uint64) (out []uint64, whys []error, err error) {
+	path := f.Name()
 	id, err := mapsID(f)
-	if err != nil {
-		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
-	}
-	ef, err := elf.NewFile(f)
 	if err != nil {
 		return nil, nil, fmt.Errorf("ifunc: %s: %w", path, err)
 	}

@@ -3,6 +3,7 @@ package ifunc
 import (
 	"debug/elf"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -22,15 +23,17 @@ const (
 )
 
 // Sites returns where to probe each of sites, resolved in the shared
-// library at path: an IFUNC site's implementation on this machine (see
-// Resolve and Entry; for a library in another process's root,
-// /proc/PID/root/..., the one process PID's loader chose, see ResolveIn),
-// any other site's Offset; and, per site, what was
-// done, in the terms of elfsym.Site.Moved (a site that is not an IFUNC
-// keeps its own). Where an implementation cannot be found, the resolver
-// stays and Moved says why: a probe that attaches fewer functions than
-// it named would be worse than one that says what it probes.
-func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) {
+// library open as f (named by f.Name()): an IFUNC site's implementation on
+// this machine (see Resolve and Entry; for a library in another process's
+// root, /proc/PID/root/..., the one process PID's loader chose, see
+// ResolveIn), any other site's Offset; and, per site, what was done, in
+// the terms of elfsym.Site.Moved (a site that is not an IFUNC keeps its
+// own). It reads f, the very file the sites were resolved in, and no
+// other that its name may lead to since. Where an implementation cannot
+// be found, the resolver stays and Moved says why: a probe that attaches
+// fewer functions than it named would be worse than one that says what it
+// probes.
+func Sites(f *os.File, sites []elfsym.Site) (offsets []uint64, moved []string) {
 	offsets, moved = make([]uint64, len(sites)), make([]string, len(sites))
 	var idx []int
 	var resolvers []uint64
@@ -44,16 +47,11 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 	if len(idx) == 0 {
 		return offsets, moved
 	}
-	// Confined to a process's root if path is in one (fds.OpenRegular).
-	code, err := fds.OpenRegular(path)
-	var ef *elf.File
-	if err == nil {
-		defer code.Close()
-		ef, err = elf.NewFile(code)
-	}
+	path := f.Name()
+	ef, err := elf.NewFile(f)
 	if err != nil {
 		for _, i := range idx {
-			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: ifunc: %v)", NotMoved, err)
+			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: ifunc: %s: %v)", NotMoved, path, err)
 		}
 		return offsets, moved
 	}
@@ -64,9 +62,9 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 		// runs in the container and nowhere else. Its process has
 		// loaded it, or will not run it.
 		pid, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(root, "/proc/"), "/root"))
-		impls, whys, err = resolveIn(pid, path, resolvers)
+		impls, whys, err = resolveIn(pid, f, ef, resolvers)
 	} else {
-		impls, whys, err = resolve(path, code, ef, resolvers)
+		impls, whys, err = resolve(path, f, ef, resolvers)
 	}
 	for j, i := range idx {
 		off, ok := uint64(0), impls != nil && impls[j] != 0
@@ -87,7 +85,7 @@ func Sites(path string, sites []elfsym.Site) (offsets []uint64, moved []string) 
 		}
 		moved[i] = fmt.Sprintf("%s (resolver at %#x)", Moved, sites[i].Offset)
 		buf := make([]byte, EntryWindow)
-		n, _ := code.ReadAt(buf, int64(off))
+		n, _ := f.ReadAt(buf, int64(off))
 		if skip, why := Entry(ef.Machine, buf[:n]); skip > 0 {
 			off += uint64(skip)
 			moved[i] += ", " + why

@@ -184,7 +184,7 @@ func TestSitesInRoot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			offsets, moved := ifunc.Sites(path, sites)
+			offsets, moved := sitesIn(t, path, sites)
 			base := libcBase(t, pid, libc)
 			printed := strings.Fields(line)
 			for i, name := range []string{"strlen", "strchr", "memcpy", "strstr"} {
@@ -218,7 +218,7 @@ func TestSitesInRoot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			offsets, moved = ifunc.Sites(path, sites)
+			offsets, moved = sitesIn(t, path, sites)
 			if !strings.HasPrefix(moved[0], ifunc.Moved) || offsets[0] == sites[0].Offset {
 				t.Errorf("canary: offset %#x (resolver %#x): %s", offsets[0], sites[0].Offset, moved[0])
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
+	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -180,11 +181,8 @@ func listProbe(p multiprobe.Probe, pid int) (listing, error) {
 		l.usdt, err = f.Probes(p.Patterns[0])
 		return l, err
 	}
-	if l.sites, err = elfsym.Resolve(path, p.Patterns...); err != nil {
-		return l, err
-	}
-	listIFuncs(path, l.sites)
-	return l, nil
+	l.sites, err = resolveSites(path, p.Patterns)
+	return l, err
 }
 
 // listProcess resolves patterns in every file process pid maps executable.
@@ -200,7 +198,7 @@ func listProcess(pid int, patterns []string) ([]listing, error) {
 	sameRoot := elfsym.ProcessRoot(pid) == ""
 	for _, m := range maps {
 		path := mappedPath(m, sameRoot)
-		sites, err := elfsym.Resolve(path, patterns...)
+		sites, err := resolveSites(path, patterns)
 		if errors.Is(err, elfsym.ErrNoMatch) {
 			continue
 		}
@@ -208,7 +206,6 @@ func listProcess(pid int, patterns []string) ([]listing, error) {
 			errs = append(errs, err)
 			continue
 		}
-		listIFuncs(path, sites)
 		out = append(out, listing{kind: multiprobe.Entry.String(), path: path, sites: sites})
 	}
 	if len(out) == 0 {
@@ -374,11 +371,27 @@ func symBind(s elfsym.Site) string {
 	return strings.TrimPrefix(s.Bind.String(), "STB_")
 }
 
-// listIFuncs says, for each IFUNC site, where the implementation this
-// machine's loader selects is, as count would probe it (ifunc.Sites).
-func listIFuncs(path string, sites []elfsym.Site) {
-	offsets, moved := ifunc.Sites(path, sites)
+// resolveSites resolves patterns in the file at path and, for each IFUNC
+// site, finds the implementation this machine's loader selects in that
+// same open file, as count would probe it (ifunc.Sites).
+func resolveSites(path string, patterns []string) ([]elfsym.Site, error) {
+	fd, err := fds.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fd.Close()
+	f, err := elfsym.OpenFile(fd)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sites, err := f.Resolve(patterns...)
+	if err != nil {
+		return nil, err
+	}
+	offsets, moved := ifunc.Sites(fd, sites)
 	for i := range sites {
 		sites[i].Offset, sites[i].Moved = offsets[i], moved[i]
 	}
+	return sites, nil
 }
