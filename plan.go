@@ -205,8 +205,12 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 					p, of.path, ErrGoReturn)
 			}
 			pp.sel, err = f.Select(p.Patterns...)
-			if err == nil && pp.sel.HasIFunc() && !pl.opts.IFuncResolvers {
+			switch {
+			case err != nil:
+			case pp.sel.HasIFunc() && !pl.opts.IFuncResolvers:
 				pp.offs, pp.moved = ifunc.Sites(of.f, pp.sel.Sites())
+			default:
+				pp.offs = pp.sel.Offsets()
 			}
 			if err == nil && p.Kind == Return && f.IsGo() && !pl.opts.GoKernelReturns {
 				if pp.rets, err = pp.sel.GoReturns(); err != nil {
@@ -400,7 +404,7 @@ func (pl *Plan) build() []Site {
 					s.Returns = pp.rets[k]
 				}
 				s.Moved = sym.Moved
-				if pp.offs != nil {
+				if pp.moved != nil {
 					s.Offset, s.Moved = pp.offs[k], pp.moved[k]
 				}
 			}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -297,7 +296,7 @@ func (l *Link) Close() error {
 
 // Targets returns the targets as attached, with Cookies filled in. The
 // slices inside are the Link's own: do not modify them.
-func (l *Link) Targets() Targets { return slices.Clone(l.targets) }
+func (l *Link) Targets() Targets { return l.targets.Clone() }
 
 // Sites returns the number of sites attached, over all targets.
 func (l *Link) Sites() int { return l.targets.Sites() }

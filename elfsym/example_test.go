@@ -75,9 +75,10 @@ func ExampleFile_Select() {
 	done := make(chan []elfsym.Site)
 	go func() { done <- sel.Sites() }()
 
-	fmt.Println(len(sel.Offsets()), "offsets")
+	offsets := sel.Offsets()
+	fmt.Println(len(offsets), "offsets")
 	for i, s := range <-done {
-		fmt.Println(s.Name, s.Offset == sel.Offsets()[i])
+		fmt.Println(s.Name, s.Offset == offsets[i])
 	}
 	// Unordered output:
 	// 3 offsets

@@ -224,8 +224,8 @@ func goEntries(f *File, offsets []uint64) []uint64 {
 func (s *Selection) Len() int { return len(s.offsets) }
 
 // Offsets returns the file offsets of the sites, sorted: those of Sites,
-// in the same order. The slice is shared: do not modify it.
-func (s *Selection) Offsets() []uint64 { return s.offsets }
+// in the same order, in a slice of the caller's own.
+func (s *Selection) Offsets() []uint64 { return slices.Clone(s.offsets) }
 
 // Sites builds the sites, sorted by file offset, once; later calls return
 // the same slice.

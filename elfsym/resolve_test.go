@@ -566,6 +566,13 @@ func TestSelect(t *testing.T) {
 		if !slices.Equal(sel.Offsets(), offs) || sel.Len() != len(want) {
 			t.Errorf("%q: Offsets() = %#x (Len %d), want %#x", pats, sel.Offsets(), sel.Len(), offs)
 		}
+		// The caller's own: changing it changes no later answer.
+		if got := sel.Offsets(); len(got) > 0 {
+			got[0]++
+			if sel.Offsets()[0] != offs[0] {
+				t.Errorf("%q: Offsets() shares its slice", pats)
+			}
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -74,6 +75,18 @@ func (t *Target) KernelPath() string {
 
 // Targets is the set of targets of one attach call.
 type Targets []Target
+
+// Clone returns a copy of ts that shares no slice with it: what a caller
+// does to it changes nothing a link attached.
+func (ts Targets) Clone() Targets {
+	out := slices.Clone(ts)
+	for i := range out {
+		t := &out[i]
+		t.Offsets, t.RefCtrOffsets = slices.Clone(t.Offsets), slices.Clone(t.RefCtrOffsets)
+		t.Cookies, t.Names = slices.Clone(t.Cookies), slices.Clone(t.Names)
+	}
+	return out
+}
 
 // Sites returns the number of sites over all targets.
 func (ts Targets) Sites() int {
