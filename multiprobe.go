@@ -312,22 +312,18 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 func (pl *Plan) name(targets []target.Target) {
 	sites := pl.siteTable()
 	names := map[*os.File]map[uint64]string{}
-	k := 0
-	for i := range pl.probes {
-		pp := &pl.probes[i]
-		n := pp.count(len(pp.offsets()))
-		m := names[pp.file.f]
+	for i, r := range pl.rows {
+		f := pl.probes[r.probe].file.f
+		m := names[f]
 		if m == nil {
 			m = map[uint64]string{}
-			names[pp.file.f] = m
+			names[f] = m
 		}
-		for _, s := range sites[k : k+n] {
-			m[s.Offset] = s.Name
-			for _, off := range s.Returns {
-				m[off] = s.Name + " (a return)"
-			}
+		s := &sites[i]
+		m[s.Offset] = s.Name
+		for _, off := range s.Returns {
+			m[off] = s.Name + " (a return)"
 		}
-		k += n
 	}
 	for i := range targets {
 		t := &targets[i]

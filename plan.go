@@ -50,8 +50,8 @@ type Plan struct {
 	features kernelprobe.Features
 	probes   []planned
 	files    []*openFile
-	n        int  // sites over all probes
-	usdt     bool // some probe is a USDT probe
+	rows     []row // the sites, in cookie order
+	usdt     bool  // some probe is a USDT probe
 
 	sitesOnce sync.Once
 	sites     []Site
@@ -60,21 +60,32 @@ type Plan struct {
 	prepared []*preparedSpec // specs that went through Prepare
 }
 
+// A row is one site of the plan. The plan's rows are its sites in cookie
+// order: a site's cookie is its row's index, its BPF cookie, its index in
+// Plan.Sites. Resolve writes them once; the Sites, the kernel's targets,
+// the USDT argument specs and the perf-event path's names all read them,
+// so that no consumer numbers the sites on its own.
+type row struct {
+	probe int32 // index in Plan.probes
+	k     int32 // the site's index among its probe's (Selection or USDT sites)
+}
+
+// planned is one probe as resolved: all the sites it selects, of which
+// the rows keep those that no earlier probe of the same file and kind has.
 type planned struct {
 	probe *Probe
 	file  *openFile
 	sel   *elfsym.Selection // a uprobe's sites
 	usdt  []Site            // a USDT probe's sites, built already
-	// keep says which of the probe's sites are its own; nil: all of them.
-	keep []bool
+	// offs are where the kernel probes each site: the Selection's offsets,
+	// or where an IFUNC's resolver gave way to its implementation (moved
+	// then says, per site, what was done); the USDT sites' offsets.
+	offs  []uint64
+	moved []string
 	// rets are, for a uretprobe spec on a Go program, each site's return
 	// instructions, which entry probes stand for the kernel's return
 	// probe at (see Site.Returns).
 	rets [][]uint64
-	// offs replace the Selection's offsets where an IFUNC's resolver gave
-	// way to its implementation; moved says, per site, what was done.
-	offs  []uint64
-	moved []string
 }
 
 // attachAs is the kind of link the probe's sites attach through.
@@ -106,35 +117,6 @@ func (o *openFile) changed() error {
 		return fmt.Errorf("%s: size or modification time differ from when it was resolved: %w", o.path, ErrFileChanged)
 	}
 	return nil
-}
-
-// offsets returns the file offsets of the probe's sites, kept or not.
-func (p *planned) offsets() []uint64 {
-	if p.offs != nil {
-		return p.offs
-	}
-	if p.sel != nil {
-		return p.sel.Offsets()
-	}
-	offs := make([]uint64, len(p.usdt))
-	for i, s := range p.usdt {
-		offs[i] = s.Offset
-	}
-	return offs
-}
-
-// count returns how many of the probe's n sites it keeps.
-func (p *planned) count(n int) int {
-	if p.keep == nil {
-		return n
-	}
-	k := 0
-	for _, b := range p.keep {
-		if b {
-			k++
-		}
-	}
-	return k
 }
 
 // Resolve resolves probes to the sites they select, in the order of the
@@ -172,7 +154,7 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 		real string
 		kind Kind
 	}
-	earlier := map[fileKind][]int{} // indexes into pl.probes
+	earlier := map[fileKind]bool{} // a probe of that file and kind came before
 	sets := map[fileKind]map[uint64]bool{}
 	syms := map[string]*elfsym.File{}
 	defer func() {
@@ -191,7 +173,12 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 		pp := planned{probe: p, file: of}
 		if p.Kind == USDT {
 			pl.usdt = true
-			pp.usdt, err = resolveUSDT(of, p)
+			if pp.usdt, err = resolveUSDT(of, p); err == nil {
+				pp.offs = make([]uint64, len(pp.usdt))
+				for k, s := range pp.usdt {
+					pp.offs[k] = s.Offset
+				}
+			}
 		} else {
 			f := syms[of.real]
 			if f == nil {
@@ -221,37 +208,33 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", p, err)
 		}
-		offs := pp.offsets()
 		// By kind, not by the link the sites attach through: a USDT
 		// probe and a uprobe at one offset are two sites, two cookies
 		// (see semaphores).
 		fk := fileKind{of.real, p.Kind}
 		seen := sets[fk]
-		if seen == nil && len(earlier[fk]) > 0 {
+		if seen == nil && earlier[fk] {
 			seen = map[uint64]bool{}
-			for _, j := range earlier[fk] {
-				e := &pl.probes[j]
-				for k, off := range e.offsets() {
-					if e.keep == nil || e.keep[k] {
-						seen[off] = true
-					}
+			for _, r := range pl.rows {
+				if e := &pl.probes[r.probe]; e.file.real == fk.real && e.probe.Kind == fk.kind {
+					seen[e.offs[r.k]] = true
 				}
 			}
 			sets[fk] = seen
 		}
-		n := len(offs)
-		if seen != nil {
-			pp.keep, n = make([]bool, len(offs)), 0
-			for k, off := range offs {
-				if !seen[off] {
-					seen[off], pp.keep[k] = true, true
-					n++
-				}
-			}
-		}
-		earlier[fk] = append(earlier[fk], len(pl.probes))
+		earlier[fk] = true
+		pi := int32(len(pl.probes))
 		pl.probes = append(pl.probes, pp)
-		pl.n += n
+		pl.rows = slices.Grow(pl.rows, len(pp.offs))
+		for k, off := range pp.offs {
+			if seen != nil {
+				if seen[off] {
+					continue
+				}
+				seen[off] = true
+			}
+			pl.rows = append(pl.rows, row{probe: pi, k: int32(k)})
+		}
 	}
 	if err := pl.checkSession(); err != nil {
 		return nil, err
@@ -313,7 +296,7 @@ func (pl *Plan) Close() error {
 }
 
 // Len returns the number of sites, without building them.
-func (pl *Plan) Len() int { return pl.n }
+func (pl *Plan) Len() int { return len(pl.rows) }
 
 // Features returns the kernel features the plan decided with.
 func (pl *Plan) Features() kernelprobe.Features { return pl.features }
@@ -374,66 +357,57 @@ func cloneSites(sites []Site) []Site {
 	return out
 }
 
-// build makes the plan's Sites; a site's cookie is its index.
+// build makes the plan's Sites from its rows; a site's cookie is its index.
 func (pl *Plan) build() []Site {
-	sites := make([]Site, 0, pl.n)
-	for i := range pl.probes {
-		pp := &pl.probes[i]
+	sites := make([]Site, len(pl.rows))
+	var syms []elfsym.Site
+	last := int32(-1)
+	for i, r := range pl.rows {
+		pp := &pl.probes[r.probe]
+		s := &sites[i]
 		if pp.sel == nil {
-			for k, s := range pp.usdt {
-				if pp.keep == nil || pp.keep[k] {
-					s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(len(sites))
-					sites = append(sites, s)
-				}
-			}
+			*s = pp.usdt[r.k]
+			s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(i)
 			continue
 		}
-		syms := pp.sel.Sites()
-		for k := range syms {
-			if pp.keep == nil || pp.keep[k] {
-				// Field by field: copying a whole Site in would go
-				// through typedmemmove, which while the GC marks is
-				// slow and cannot be preempted, and the GC then spins
-				// signalling this thread for the length of the loop.
-				sites = sites[:len(sites)+1]
-				s := &sites[len(sites)-1]
-				sym := &syms[k]
-				s.Name, s.Offset, s.Symbol = sym.Name, sym.Offset, sym
-				s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(len(sites)-1)
-				if pp.rets != nil {
-					s.Returns = pp.rets[k]
-				}
-				s.Moved = sym.Moved
-				if pp.moved != nil {
-					s.Offset, s.Moved = pp.offs[k], pp.moved[k]
-				}
-			}
+		if r.probe != last {
+			syms, last = pp.sel.Sites(), r.probe
+		}
+		// Field by field: copying a whole Site in would go through
+		// typedmemmove, which while the GC marks is slow and cannot be
+		// preempted, and the GC then spins signalling this thread for the
+		// length of the loop.
+		sym := &syms[r.k]
+		s.Name, s.Offset, s.Symbol = sym.Name, sym.Offset, sym
+		s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(i)
+		if pp.rets != nil {
+			s.Returns = pp.rets[r.k]
+		}
+		s.Moved = sym.Moved
+		if pp.moved != nil {
+			s.Offset, s.Moved = pp.offs[r.k], pp.moved[r.k]
 		}
 	}
 	return sites
 }
 
 // targets groups the plan's sites of one kind by binary, with the offsets
-// and kernel cookies that build gives them, without building them; a USDT
-// site's kernel cookie is usdtCookie(its index among the USDT sites, its
-// cookie). Names are left out: they are in the Sites only. A probe with a
-// file and kind of its own, the common case, hands over its Selection's
-// offsets as they are.
+// and kernel cookies of their rows, without building the Sites; a USDT
+// site's kernel cookie is usdtCookie(its index among the USDT rows, its
+// cookie). Names are left out but for USDT sites': they are in the Sites.
 func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64) []target.Target {
 	var targets []target.Target
 	index := map[*openFile]int{}
-	cookie := uint64(0)
 	nusdt := 0
 	semaphores := pl.semaphores()
-	for i := range pl.probes {
-		pp := &pl.probes[i]
-		offs := pp.offsets()
+	for cookie, r := range pl.rows {
+		pp := &pl.probes[r.probe]
+		usdtIndex := -1
+		if pp.sel == nil {
+			usdtIndex = nusdt
+			nusdt++
+		}
 		if pp.attachAs() != kind {
-			n := pp.count(len(offs))
-			cookie += uint64(n)
-			if pp.probe.Kind == USDT {
-				nusdt += n
-			}
 			continue
 		}
 		ti, ok := index[pp.file]
@@ -443,51 +417,34 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 			targets = append(targets, target.Target{Path: pp.file.path, File: pp.file.f})
 		}
 		t := &targets[ti]
-		if pp.keep == nil && t.Offsets == nil && pp.sel != nil && pp.rets == nil && semaphores[pp.file] == nil {
-			// Clipped, so that a later probe of this file appends to
-			// a copy rather than into the Selection's array.
-			t.Offsets = slices.Clip(offs)
-			t.Cookies = make([]uint64, len(offs))
-			for j := range t.Cookies {
-				t.Cookies[j] = cookie + uint64(j)
-			}
-			cookie += uint64(len(offs))
-			continue
-		}
 		if pp.sel == nil && t.Names == nil {
 			t.Names = make([]string, len(t.Offsets), cap(t.Offsets))
 		}
-		for j, off := range offs {
-			if pp.keep != nil && !pp.keep[j] {
-				continue
+		off := pp.offs[r.k]
+		c, rc, name := uint64(cookie), semaphores[pp.file][off], ""
+		if pp.rets != nil {
+			rc = 0 // probed at its returns, not at off
+		}
+		if usdtIndex >= 0 {
+			s := &pp.usdt[r.k]
+			c, rc, name = usdtCookie(usdtIndex, c), s.RefCtrOffset, s.Name
+		}
+		if rc != 0 && t.RefCtrOffsets == nil {
+			t.RefCtrOffsets = make([]uint64, len(t.Offsets), cap(t.Offsets))
+		}
+		at := []uint64{off}
+		if pp.rets != nil {
+			at = pp.rets[r.k] // one cookie for the function's returns
+		}
+		for _, off := range at {
+			t.Offsets = append(t.Offsets, off)
+			t.Cookies = append(t.Cookies, c)
+			if t.RefCtrOffsets != nil {
+				t.RefCtrOffsets = append(t.RefCtrOffsets, rc)
 			}
-			c, rc, name := cookie, semaphores[pp.file][off], ""
-			if pp.rets != nil {
-				rc = 0 // probed at its returns, not at off
+			if t.Names != nil {
+				t.Names = append(t.Names, name)
 			}
-			if pp.sel == nil {
-				s := &pp.usdt[j]
-				c, rc, name = usdtCookie(nusdt, cookie), s.RefCtrOffset, s.Name
-				nusdt++
-			}
-			if rc != 0 && t.RefCtrOffsets == nil {
-				t.RefCtrOffsets = make([]uint64, len(t.Offsets), cap(t.Offsets))
-			}
-			at := []uint64{off}
-			if pp.rets != nil {
-				at = pp.rets[j] // one cookie for the function's returns
-			}
-			for _, off := range at {
-				t.Offsets = append(t.Offsets, off)
-				t.Cookies = append(t.Cookies, c)
-				if t.RefCtrOffsets != nil {
-					t.RefCtrOffsets = append(t.RefCtrOffsets, rc)
-				}
-				if t.Names != nil {
-					t.Names = append(t.Names, name)
-				}
-			}
-			cookie++
 		}
 	}
 	return targets

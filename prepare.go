@@ -93,10 +93,10 @@ func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 		p := cs.Programs[name]
 		ps := &preparedSpec{}
 		if sec != nil && references(p, cookieSection) {
-			if pl.n > MaxClones {
+			if len(pl.rows) > MaxClones {
 				return fmt.Errorf("multiprobe: program %s reads its cookie with mp_cookie, and kernel %s has no BPF cookies (Linux 5.15+), "+
 					"so each of the plan's %d sites would need a clone of it, more than MaxClones (%d): %w; probe fewer sites, or use a kernel with BPF cookies",
-					name, pl.features.Release, pl.n, MaxClones, ErrTooManyClones)
+					name, pl.features.Release, len(pl.rows), MaxClones, ErrTooManyClones)
 			}
 			ps.section, ps.fixed, ps.value = sec.Copy(), fixed, value
 		} else if pl.inBPFPIDs() == nil {
@@ -325,18 +325,19 @@ func (l *Link) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, e
 	if m == nil {
 		return plain, nil
 	}
+	// One spec per USDT row, in row order: the order in which targets
+	// numbers the USDT sites for usdtCookie.
 	var specs []usdt.Spec
-	for i := range l.plan.probes {
-		pp := &l.plan.probes[i]
-		for k, s := range pp.usdt {
-			if pp.keep != nil && !pp.keep[k] {
-				continue
-			}
-			if s.args.err != nil {
-				return nil, fmt.Errorf("probe %s: %s: %w", pp.probe, pp.file.path, s.args.err)
-			}
-			specs = append(specs, s.args.spec)
+	for _, r := range l.plan.rows {
+		pp := &l.plan.probes[r.probe]
+		if pp.sel != nil {
+			continue
 		}
+		s := &pp.usdt[r.k]
+		if s.args.err != nil {
+			return nil, fmt.Errorf("probe %s: %s: %w", pp.probe, pp.file.path, s.args.err)
+		}
+		specs = append(specs, s.args.spec)
 	}
 	ids, err := usdt.AcquireSpecs(m, specs)
 	if err != nil {
