@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"github.com/multiprobe/multiprobe/internal/fds"
+
+	"github.com/multiprobe/multiprobe/internal/hostarch"
 )
 
 // LookPath finds the file a probe target names. A name with a '/' is a path
@@ -167,22 +169,6 @@ func libDirs() []string {
 	return append(dirs, "/lib64", "/usr/lib64", "/lib", "/usr/lib")
 }
 
-func hostMachine() elf.Machine {
-	switch runtime.GOARCH {
-	case "amd64":
-		return elf.EM_X86_64
-	case "arm64":
-		return elf.EM_AARCH64
-	case "riscv64":
-		return elf.EM_RISCV
-	case "s390x":
-		return elf.EM_S390
-	case "ppc64le":
-		return elf.EM_PPC64
-	}
-	return elf.EM_NONE
-}
-
 // hostELF reports whether path is a regular 64-bit ELF file for the host.
 func hostELF(path string) bool {
 	f, err := fds.OpenRegular(path)
@@ -196,7 +182,7 @@ func hostELF(path string) bool {
 	}
 	return bytes.HasPrefix(hdr[:], []byte(elf.ELFMAG)) &&
 		elf.Class(hdr[elf.EI_CLASS]) == elf.ELFCLASS64 &&
-		elf.Machine(binary.LittleEndian.Uint16(hdr[18:])) == hostMachine()
+		elf.Machine(binary.LittleEndian.Uint16(hdr[18:])) == hostarch.Machine
 }
 
 // ldCacheMagic starts the format glibc has written since 2.32 (and, after

@@ -16,6 +16,8 @@ import (
 
 	"github.com/multiprobe/multiprobe/internal/fds"
 	"golang.org/x/sys/unix"
+
+	"github.com/multiprobe/multiprobe/internal/hostarch"
 )
 
 // helperPath returns the system's true(1), at a fixed path: not through
@@ -100,8 +102,11 @@ func resolve(path string, f *os.File, ef *elf.File, resolvers []uint64) (out []u
 	if ef.Type != elf.ET_DYN || (len(flags) > 0 && flags[0]&uint64(elf.DF_1_PIE) != 0) {
 		return nil, nil, fmt.Errorf("ifunc: %s: %w: not a shared library (an executable's resolvers run only in the executable)", path, ErrUnsupported)
 	}
-	if ef.Machine != hostMachine {
-		return nil, nil, fmt.Errorf("ifunc: %s: %w: a %s library on a %s machine", path, ErrUnsupported, ef.Machine, hostMachine)
+	if len(breakpoint) == 0 {
+		return nil, nil, fmt.Errorf("ifunc: %s: %w: multiprobe runs resolvers on amd64 and arm64, not on %s", path, ErrUnsupported, runtime.GOARCH)
+	}
+	if ef.Machine != hostarch.Machine {
+		return nil, nil, fmt.Errorf("ifunc: %s: %w: a %s library on a %s machine", path, ErrUnsupported, ef.Machine, hostarch.Machine)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {

@@ -1,13 +1,10 @@
 package ifunc
 
 import (
-	"debug/elf"
 	"encoding/binary"
 
 	"golang.org/x/sys/unix"
 )
-
-const hostMachine = elf.EM_X86_64
 
 // breakpoint is int3.
 var breakpoint = []byte{0xcc}

@@ -1,12 +1,8 @@
 package ifunc
 
 import (
-	"debug/elf"
-
 	"golang.org/x/sys/unix"
 )
-
-const hostMachine = elf.EM_AARCH64
 
 // breakpoint is BRK #0.
 var breakpoint = []byte{0x00, 0x00, 0x20, 0xd4}

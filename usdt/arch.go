@@ -3,10 +3,11 @@ package usdt
 import (
 	"debug/elf"
 	"fmt"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/multiprobe/multiprobe/internal/hostarch"
 )
 
 // Arch is the instruction set a binary's argument strings are written for.
@@ -72,19 +73,11 @@ func archOf(f *elf.File) (Arch, error) {
 // ArchUnknown. Attaching needs the binary's Arch to equal it, because the
 // register offsets in a Spec are those of the kernel's struct pt_regs.
 func HostArch() Arch {
-	switch runtime.GOARCH {
-	case "amd64":
-		return ArchX86_64
-	case "arm64":
-		return ArchARM64
-	case "riscv64":
-		return ArchRISCV64
-	case "s390x":
-		return ArchS390X
-	case "ppc64le":
-		return ArchPPC64LE
+	a, err := archOf(&elf.File{FileHeader: elf.FileHeader{Class: elf.ELFCLASS64, Data: elf.ELFDATA2LSB, Machine: hostarch.Machine}})
+	if err != nil {
+		return ArchUnknown
 	}
-	return ArchUnknown
+	return a
 }
 
 // A register as the BPF side sees it: its name and the byte offset of its
