@@ -5,4 +5,4 @@ package multiprobe_test
 //
 // This repository's own line uses relative paths, so that the committed
 // objects rebuild byte for byte from any checkout.
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -go-package multiprobe_test -cflags "-O2 -g -Wall -Werror -Ibpf" example testdata/example.bpf.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel,bpfeb -go-package multiprobe_test -cflags "-O2 -g -Wall -Werror -Ibpf" example testdata/example.bpf.c

@@ -2,4 +2,4 @@ package fallback
 
 // The BPF object is committed. Regenerate it with `go generate ./fallback`;
 // the output is the same byte for byte on every run.
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -go-package fallback -cflags "-O2 -g -Wall -Werror -I../bpf" cookiecount testdata/cookiecount.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel,bpfeb -go-package fallback -cflags "-O2 -g -Wall -Werror -I../bpf" cookiecount testdata/cookiecount.c

@@ -6,4 +6,4 @@ package testprogs
 // stripped).
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../bpf" counter bpf/counter.c
 //go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../bpf" session bpf/session.c
-//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64 -cflags "-O2 -g -Wall -Werror -I../../bpf" usdtCounter bpf/usdt_counter.c
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target bpfel,bpfeb -cflags "-O2 -g -Wall -Werror -I../../bpf" usdtCounter bpf/usdt_counter.c

@@ -153,7 +153,7 @@ func TestGenerateReproducible(t *testing.T) {
 	if err != nil || len(made) == 0 {
 		t.Fatalf("bpf2go made %d files: %v", len(made), err)
 	}
-	committedFiles, _ := filepath.Glob("*_bpfel.*")
+	committedFiles, _ := filepath.Glob("*_bpfe[lb].*")
 	if len(committedFiles) != len(made) {
 		t.Errorf("bpf2go made %d files, the package has %d (%v)", len(made), len(committedFiles), committedFiles)
 	}
