@@ -154,7 +154,7 @@ func TestFilterRefcounts(t *testing.T) {
 		t.Errorf("Replace of a pid not held: %v, want ErrNotHeld", err)
 	}
 	check("failed Replace changes nothing", pidfilter.AllPIDs, 3)
-	for _, bad := range []int{-1, 1 << 40} {
+	for _, bad := range []int{-1, int(^uint(0) >> 1)} { // negative, and past any pid (int64 on 64-bit hosts)
 		if err := f.Acquire(bad); !errors.Is(err, pidfilter.ErrBadPID) {
 			t.Errorf("Acquire(%d): %v, want ErrBadPID", bad, err)
 		}

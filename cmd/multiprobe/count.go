@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/hostarch"
 	"github.com/multiprobe/multiprobe/probetest"
 	"github.com/multiprobe/multiprobe/usdt"
 )
@@ -545,6 +547,9 @@ type counter struct {
 func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, error) {
 	load := loadCount
 	if withArgs {
+		if err := knownRegisters("--args"); err != nil {
+			return nil, err
+		}
 		load = loadCountArgs
 	}
 	spec, err := load()
@@ -630,6 +635,18 @@ func (s strArgs) name(n uint32) string {
 		return "ret"
 	}
 	return fmt.Sprintf("arg%d", n)
+}
+
+// knownRegisters refuses what reads registers on a machine whose struct
+// pt_regs count_args.c and latency.c do not lay out: their objects exist
+// for every 64-bit Linux machine multiprobe reads binaries of
+// (hostarch.Machine), and 386 builds x86-64's.
+func knownRegisters(what string) error {
+	if hostarch.Machine == elf.EM_NONE {
+		return fmt.Errorf("%s reads registers, whose layout multiprobe knows on amd64, arm64, riscv64, s390x and ppc64le, not on %s: %w",
+			what, runtime.GOARCH, ebpf.ErrNotSupported)
+	}
+	return nil
 }
 
 // maxHitLog bounds the hits kept for the JSON report.

@@ -190,6 +190,9 @@ type latencyTimer struct {
 // its sites map: each site's function, and at a return how to find the
 // entry's stack pointer.
 func newLatencyTimer(plan *multiprobe.Plan, session bool) (*latencyTimer, error) {
+	if err := knownRegisters("latency"); err != nil {
+		return nil, err
+	}
 	spec, err := loadLatency()
 	if err != nil {
 		return nil, err

@@ -92,6 +92,19 @@ struct {
 #elif defined(__TARGET_ARCH_arm64)
 #define REG_SP 248 // regs[31]
 #define REG_G 224  // regs[28]
+// The three below follow the kernel's struct pt_regs (as package usdt
+// tables it) and Go's ABIInternal; no test VM runs them, so only x86-64
+// and arm64 are known to work. riscv64: sp is x2, g x27; s390x: r15, r13;
+// ppc64le: r1, r30.
+#elif defined(__TARGET_ARCH_riscv)
+#define REG_SP (2 * 8)
+#define REG_G (27 * 8)
+#elif defined(__TARGET_ARCH_s390)
+#define REG_SP (24 + 15 * 8)
+#define REG_G (24 + 13 * 8)
+#elif defined(__TARGET_ARCH_powerpc)
+#define REG_SP (1 * 8)
+#define REG_G (30 * 8)
 #else
 #error "latency.c: no pt_regs layout for this architecture"
 #endif
