@@ -1,27 +1,15 @@
 package probetest
 
 import (
-	"errors"
 	"os/exec"
-	"runtime"
-	"sync"
-	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/multiprobe/multiprobe/internal/stopped"
 )
 
 // A Process is a command started by [Start], stopped at its first
-// instruction until [Process.Resume].
-type Process struct {
-	// Cmd is the command as given to Start.
-	Cmd *exec.Cmd
-
-	mu      sync.Mutex
-	resumed bool
-	done    chan struct{}
-	err     error // Cmd.Wait's, once done is closed
-}
+// instruction until [Process.Resume]; see its methods for the rest.
+type Process = stopped.Process
 
 // Start starts cmd (not started yet; its Stdin, Stdout, Env and the rest
 // are the caller's) stopped before its first instruction, through ptrace:
@@ -36,102 +24,17 @@ type Process struct {
 // Start needs CAP_SYS_PTRACE, which root has; it sets cmd.SysProcAttr's
 // Ptrace and Pdeathsig, and keeps the rest.
 func Start(cmd *exec.Cmd) (*Process, error) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Ptrace = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	runtime.LockOSThread()
-	if err := cmd.Start(); err != nil {
-		runtime.UnlockOSThread()
-		return nil, errorf("starting %s: %w", cmd.Path, err)
-	}
-	pid := cmd.Process.Pid
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil || !ws.Stopped() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		runtime.UnlockOSThread()
-		return nil, errorf("starting %s: it did not stop after exec (status %v): %v", cmd.Path, ws, err)
-	}
-	return &Process{Cmd: cmd, done: make(chan struct{})}, nil
-}
-
-// PID returns the process's id.
-func (p *Process) PID() int { return p.Cmd.Process.Pid }
-
-// Resume lets the process run. Call it from the goroutine that called
-// Start, once.
-func (p *Process) Resume() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.resumed {
-		return errorf("%s: resumed already", p.Cmd.Path)
-	}
-	err := unix.PtraceDetach(p.PID())
-	p.resumed = true
-	runtime.UnlockOSThread()
+	p, err := stopped.Start(cmd)
 	if err != nil {
-		p.Cmd.Process.Kill()
-		go p.wait()
-		return errorf("resuming %s: %w", p.Cmd.Path, err)
+		return nil, errorf("%w", err)
 	}
-	go p.wait()
-	return nil
-}
-
-func (p *Process) wait() {
-	p.err = p.Cmd.Wait()
-	close(p.done)
-}
-
-// Done is closed when the process has exited, after Resume.
-func (p *Process) Done() <-chan struct{} { return p.done }
-
-// Wait waits for the process, after Resume, and returns its exit status as
-// a shell reports it: its exit code, or 128 plus the signal that killed
-// it. err is not nil only when the status is unknown.
-func (p *Process) Wait() (status int, err error) {
-	p.mu.Lock()
-	resumed := p.resumed
-	p.mu.Unlock()
-	if !resumed {
-		return -1, errorf("%s: Wait before Resume", p.Cmd.Path)
-	}
-	<-p.done
-	return ExitStatus(p.err)
-}
-
-// Kill kills the process. Before Resume, call it from the goroutine that
-// called Start.
-func (p *Process) Kill() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.Cmd.Process.Kill()
-	if !p.resumed {
-		p.resumed = true
-		unix.PtraceDetach(p.PID())
-		runtime.UnlockOSThread()
-		go p.wait()
-	}
+	return p, nil
 }
 
 // ExitStatus is the status a shell reports for a command whose Wait
 // returned err: 0, its exit code, or 128 plus the signal that killed it.
 // For an error that is not an exit it returns -1 and the error.
-func ExitStatus(err error) (int, error) {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal()), nil
-		}
-		return ee.ExitCode(), nil
-	}
-	return -1, err
-}
+func ExitStatus(err error) (int, error) { return stopped.ExitStatus(err) }
 
 // StartStopped is [Start] for a test: it starts name with args stopped,
 // fails tb if it cannot, and kills the process when the test ends, if it
@@ -144,7 +47,7 @@ func StartStopped(tb testing.TB, name string, args ...string) *Process {
 	}
 	tb.Cleanup(func() {
 		p.Kill()
-		<-p.done
+		<-p.Done()
 	})
 	return p
 }

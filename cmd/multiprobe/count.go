@@ -27,7 +27,7 @@ import (
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/hostarch"
-	"github.com/multiprobe/multiprobe/probetest"
+	"github.com/multiprobe/multiprobe/internal/stopped"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -458,10 +458,10 @@ func processExit(pid int) <-chan struct{} {
 }
 
 // stoppedCommand is the command after "--": started stopped at its first
-// instruction (probetest.Start), so that the probes are attached, with its
+// instruction (package stopped), so that the probes are attached, with its
 // pid as the filter, before it makes a single call.
 type stoppedCommand struct {
-	*probetest.Process
+	*stopped.Process
 	name string
 }
 
@@ -471,9 +471,9 @@ func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*sto
 	if asJSON {
 		cmd.Stdout = stderr // keep stdout for the report
 	}
-	// probetest.Start's Pdeathsig: if multiprobe is killed, so is the
+	// stopped.Start's Pdeathsig: if multiprobe is killed, so is the
 	// command.
-	p, err := probetest.Start(cmd)
+	p, err := stopped.Start(cmd)
 	if err != nil {
 		return nil, startError(command[0], err)
 	}
