@@ -8,13 +8,13 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -414,20 +414,22 @@ func (l *loader) run(p *plan, maps map[string]*ebpf.Map) (map[string]*ebpf.Progr
 		j.spec, j.err = associate(j.orig, j.attach, j.rename, maps)
 	}
 
+	// The free workers, by number (the profile says which ran a job):
+	// taking one before a job starts is what bounds the jobs to l.jobs,
+	// and starts them in the plan's order.
 	workers := make(chan int, l.jobs)
 	for w := range l.jobs {
 		workers <- w
 	}
-	var g errgroup.Group
-	g.SetLimit(l.jobs)
+	var wg sync.WaitGroup
 	phase := time.Now()
 	for rank, j := range p.order {
 		l.prof.Programs[j.index].Rank = rank
 		if j.err != nil {
 			continue
 		}
-		g.Go(func() error {
-			w := <-workers
+		w := <-workers
+		wg.Go(func() {
 			defer func() { workers <- w }()
 			j.worker = w
 			j.started = time.Since(phase)
@@ -442,10 +444,9 @@ func (l *loader) run(p *plan, maps map[string]*ebpf.Map) (map[string]*ebpf.Progr
 			}
 			// A job's failure is its own: the others run to completion so
 			// that every failure is reported, not only the first.
-			return nil
 		})
 	}
-	_ = g.Wait()
+	wg.Wait()
 
 	progs := make(map[string]*ebpf.Program, len(jobs))
 	var failed []*ProgramError
