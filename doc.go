@@ -30,5 +30,59 @@
 // exactly that. Options.Session attaches uprobe sessions instead.
 //
 // The kernel versions these decisions rest on are tabled once, in package
-// kernelprobe's documentation.
+// kernelprobe's documentation. The four mechanisms below are explained
+// here and only here; the code points back.
+//
+// # Sites and cookies
+//
+// Resolve numbers the sites once. Its rows are the plan's sites in order:
+// the probes in the order given and, within one, by file offset; a site
+// that an earlier probe of the same file and kind selects has no row of its
+// own (attached twice, the program would run twice per call). A site's row
+// index is its cookie: its index in [Plan.Sites], the BPF cookie the kernel
+// hands the program, and the key of a per-site map. Everything that needs
+// a site's number reads the rows, none counts on its own: the Sites, the
+// targets handed to the kernel (offsets and cookies per binary), the USDT
+// argument spec ids and the per-site path's messages. The kernel needs only
+// offsets and cookies, so Attach never builds the Sites, whose names cost
+// more than resolving the offsets did; an attach error then names uprobe
+// sites by offset.
+//
+// # Pid filters
+//
+// A pid filter belongs to a [Link]. Where the kernel can filter
+// (Options.PID alone, on a uprobe_multi link, Linux 6.10+), it does.
+// Elsewhere (the perf-event path, uprobe_multi before 6.10, Options.PIDs: a
+// set that [Link.SetPIDs] can change) the Link attaches its own copy of the
+// program, with
+// package pidfilter's prologue prepended and bound to maps of its own: two
+// links, of one program or of two programs of one object, never see each
+// other's pids, and a link without pids attaches the program as loaded.
+// The copy costs one more verification per link; the prologue costs each
+// run one array read while it admits every process, and one hash lookup
+// otherwise.
+//
+// # USDT argument specs
+//
+// A USDT site's arguments are described by a spec (package usdt), which
+// the program finds in its mp_usdt_specs map by an id carried in the
+// site's kernel cookie beside the site's own cookie (bpf/mp_usdt.bpf.h).
+// Ids are per map and reference-counted there: a Link takes one reference
+// per distinct spec of its sites, shares an id with the map's other links
+// where their specs are equal, and gives its references back on Close; an
+// id is reused only after its last holder released it, and id 0 is never
+// handed out, so that a stale site reads no arguments rather than another
+// probe's.
+//
+// # Kernels without BPF cookies
+//
+// Before Linux 5.15 the kernel hands a program no cookie. A program that
+// reads its cookie with mp_cookie (bpf/mp_cookie.bpf.h) is then loaded
+// once per site, each copy with the site's cookie as a constant in a frozen
+// read-only section, and the verifier prunes the helper call the old kernel
+// lacks: exact for entry, return and USDT probes alike, as tracers told
+// sites apart before cookies. [Plan.Prepare] marks the section; Attach
+// loads the copies ([Link.Clones]), which share every map of the program
+// but the section. Every copy is verified again, so a plan of more than
+// [MaxClones] sites is refused there.
 package multiprobe

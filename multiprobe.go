@@ -172,24 +172,9 @@ func (pl *Plan) checkSession() error {
 
 // A Link is a program attached to the sites of a plan. It owns what it
 // loaded and wrote for them, and Close undoes exactly that, nothing another
-// Link holds:
-//
-//   - Pid filters are per link. Where the kernel cannot filter by pid (the
-//     perf-event path, uprobe_multi before Linux 6.10, a set of pids), the
-//     link attaches its own copy of the program, the filter prologue of
-//     package pidfilter prepended and bound to maps of its own. Two links,
-//     of one program or of two programs of one object, never see each
-//     other's pids, and a link without pids attaches the program as it was
-//     loaded. The copy costs one more load (verification) per link; the
-//     filter costs each run one array read, which the verifier inlines,
-//     while it admits every process (SetPIDs()), and one helper call and
-//     hash lookup otherwise.
-//   - USDT argument specs are reference-counted in the program's spec
-//     table (mp_usdt_specs): the link holds an id per distinct spec of its
-//     sites, shares equal specs with the table's other links, and releases
-//     its ids on Close.
-//   - On a kernel without BPF cookies (before Linux 5.15), a copy of the
-//     program per site carries the site's cookie (see Clones).
+// Link holds: its pid filter, its references to USDT argument specs and its
+// per-site copies on kernels without BPF cookies (see the package
+// documentation for each).
 type Link struct {
 	plan    *Plan
 	prog    *ebpf.Program // as given to Attach
@@ -260,11 +245,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 	if err != nil {
 		return nil, err
 	}
-	// The kernel needs only offsets and cookies, which the plan has: the
-	// Sites, whose names cost twice what resolving the offsets did, wait
-	// until someone asks for them. Building them on the other CPU during
-	// the link create slowed the kernel's work by ~10% here. The price:
-	// an attach error names uprobe sites by offset rather than by name.
+	// Targets, not Sites: see "Sites and cookies" in the package doc.
 	for _, kind := range []Kind{Entry, Return} {
 		targets := pl.targets(kind, usdtCookie)
 		if len(targets) == 0 {

@@ -64,7 +64,8 @@ type Plan struct {
 // order: a site's cookie is its row's index, its BPF cookie, its index in
 // Plan.Sites. Resolve writes them once; the Sites, the kernel's targets,
 // the USDT argument specs and the perf-event path's names all read them,
-// so that no consumer numbers the sites on its own.
+// so that no consumer numbers the sites on its own (see "Sites and
+// cookies" in the package doc).
 type row struct {
 	probe int32 // index in Plan.probes
 	k     int32 // the site's index among its probe's (Selection or USDT sites)

@@ -37,10 +37,9 @@ var (
 )
 
 // MaxClones bounds the per-site clones of one program that a plan may need
-// on a kernel without BPF cookies. A small program loads in ~0.2 ms, but
-// every clone is verified again, and a large one takes the verifier tens of
-// milliseconds: past this many sites the attach would load for minutes, and
-// the per-site perf events alone take ~0.1 s each to detach.
+// on a kernel without BPF cookies (see the package documentation): every
+// clone is verified again, and past this many sites the attach would load,
+// and the per-site perf events detach, for minutes.
 const MaxClones = 4096
 
 // Names of what bpf/mp_cookie.bpf.h declares.
@@ -349,14 +348,10 @@ func (l *Link) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, e
 }
 
 // programsFor returns what Attach attaches to the sites of targets: prog
-// itself, or copies of it that the link owns and closes. A copy is loaded
-// where the link filters by pid in BPF (the filter prepended, bound to the
-// link's own maps, so that no other link's pids reach it) and, on a kernel
-// without BPF cookies (before Linux 5.15), for each site of a program that
-// reads mp_cookie, with the site's cookie as a frozen constant: how tracers
-// told sites apart before cookies existed, exact for entry, return and
-// USDT probes alike. The copies share every other map of prog. single is
-// the program for every site, or nil when perSite holds one per site.
+// itself, or copies of it that the link owns and closes, for its pid filter
+// and, on a kernel without BPF cookies, one per site (see "Pid filters" and
+// "Kernels without BPF cookies" in the package doc). single is the program
+// for every site, or nil when perSite holds one per site.
 func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.Target) (single *ebpf.Program, perSite []*ebpf.Program, err error) {
 	pl := l.plan
 	ps, err := pl.preparedFor(prog)
