@@ -148,99 +148,122 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 			pl.Close()
 		}
 	}()
-	// Dedup needs a set of offsets only for a file and kind that a second
-	// probe selects from; most calls have one probe per file, and hashing
-	// 100,000 offsets would cost more than resolving them.
-	type fileKind struct {
-		real string
-		kind Kind
-	}
-	earlier := map[fileKind]bool{} // a probe of that file and kind came before
-	sets := map[fileKind]map[uint64]bool{}
-	syms := map[string]*elfsym.File{}
-	defer func() {
-		for _, f := range syms {
-			f.Close()
-		}
-	}()
+	r := resolver{pl: pl, syms: map[string]*elfsym.File{}, seen: map[fileKind]map[uint64]bool{}, earlier: map[fileKind]bool{}}
+	defer r.close()
 	// Sites point at their probe: at a copy, not at the caller's slice.
 	probes = slices.Clone(probes)
 	for i := range probes {
-		p := &probes[i]
-		of, err := pl.open(p.Target)
+		pp, err := r.resolve(&probes[i])
 		if err != nil {
-			return nil, fmt.Errorf("probe %s: %w", p, err)
+			return nil, fmt.Errorf("probe %s: %w", &probes[i], err)
 		}
-		pp := planned{probe: p, file: of}
-		if p.Kind == USDT {
-			pl.usdt = true
-			if pp.usdt, err = resolveUSDT(of, p); err == nil {
-				pp.offs = make([]uint64, len(pp.usdt))
-				for k, s := range pp.usdt {
-					pp.offs[k] = s.Offset
-				}
-			}
-		} else {
-			f := syms[of.real]
-			if f == nil {
-				if f, err = elfsym.OpenFile(of.f); err != nil {
-					return nil, fmt.Errorf("probe %s: %w", p, err)
-				}
-				syms[of.real] = f
-			}
-			if pl.opts.Session && f.IsGo() && !pl.opts.GoKernelReturns {
-				return nil, fmt.Errorf("probe %s: %s is a Go program: uprobe sessions: %w; attach entry and return probes instead",
-					p, of.path, ErrGoReturn)
-			}
-			pp.sel, err = f.Select(p.Patterns...)
-			switch {
-			case err != nil:
-			case pp.sel.HasIFunc() && !pl.opts.IFuncResolvers:
-				pp.offs, pp.moved = ifunc.Sites(of.f, pp.sel.Sites())
-			default:
-				pp.offs = pp.sel.Offsets()
-			}
-			if err == nil && p.Kind == Return && f.IsGo() && !pl.opts.GoKernelReturns {
-				if pp.rets, err = pp.sel.GoReturns(); err != nil {
-					err = fmt.Errorf("%w; exclude those functions ('!name'): their returns cannot be probed", err)
-				}
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("probe %s: %w", p, err)
-		}
-		// By kind, not by the link the sites attach through: a USDT
-		// probe and a uprobe at one offset are two sites, two cookies
-		// (see semaphores).
-		fk := fileKind{of.real, p.Kind}
-		seen := sets[fk]
-		if seen == nil && earlier[fk] {
-			seen = map[uint64]bool{}
-			for _, r := range pl.rows {
-				if e := &pl.probes[r.probe]; e.file.real == fk.real && e.probe.Kind == fk.kind {
-					seen[e.offs[r.k]] = true
-				}
-			}
-			sets[fk] = seen
-		}
-		earlier[fk] = true
-		pi := int32(len(pl.probes))
-		pl.probes = append(pl.probes, pp)
-		pl.rows = slices.Grow(pl.rows, len(pp.offs))
-		for k, off := range pp.offs {
-			if seen != nil {
-				if seen[off] {
-					continue
-				}
-				seen[off] = true
-			}
-			pl.rows = append(pl.rows, row{probe: pi, k: int32(k)})
-		}
+		r.number(pp)
 	}
 	if err := pl.checkSession(); err != nil {
 		return nil, err
 	}
 	return pl, nil
+}
+
+// resolver is Resolve's state from one probe to the next.
+type resolver struct {
+	pl   *Plan
+	syms map[string]*elfsym.File // by real path: each file's symbols read once
+	// seen holds the offsets numbered already, for a file and kind that a
+	// second probe selects from; most calls have one probe per file, and
+	// hashing 100,000 offsets would cost more than resolving them.
+	seen    map[fileKind]map[uint64]bool
+	earlier map[fileKind]bool // a probe of that file and kind came before
+}
+
+// fileKind is what a site is the same site for: by kind, not by the link
+// the sites attach through, so that a USDT probe and a uprobe at one
+// offset are two sites, two cookies (see semaphores).
+type fileKind struct {
+	real string
+	kind Kind
+}
+
+func (r *resolver) close() {
+	for _, f := range r.syms {
+		f.Close()
+	}
+}
+
+// resolve finds every site that p selects in its target: where the kernel
+// probes each, and what a uretprobe on a Go program probes instead.
+func (r *resolver) resolve(p *Probe) (planned, error) {
+	pl := r.pl
+	of, err := pl.open(p.Target)
+	if err != nil {
+		return planned{}, err
+	}
+	pp := planned{probe: p, file: of}
+	if p.Kind == USDT {
+		pl.usdt = true
+		if pp.usdt, err = resolveUSDT(of, p); err != nil {
+			return planned{}, err
+		}
+		pp.offs = make([]uint64, len(pp.usdt))
+		for k, s := range pp.usdt {
+			pp.offs[k] = s.Offset
+		}
+		return pp, nil
+	}
+	f := r.syms[of.real]
+	if f == nil {
+		if f, err = elfsym.OpenFile(of.f); err != nil {
+			return planned{}, err
+		}
+		r.syms[of.real] = f
+	}
+	if pl.opts.Session && f.IsGo() && !pl.opts.GoKernelReturns {
+		return planned{}, fmt.Errorf("%s is a Go program: uprobe sessions: %w; attach entry and return probes instead", of.path, ErrGoReturn)
+	}
+	if pp.sel, err = f.Select(p.Patterns...); err != nil {
+		return planned{}, err
+	}
+	if pp.sel.HasIFunc() && !pl.opts.IFuncResolvers {
+		pp.offs, pp.moved = ifunc.Sites(of.f, pp.sel.Sites())
+	} else {
+		pp.offs = pp.sel.Offsets()
+	}
+	if p.Kind == Return && f.IsGo() && !pl.opts.GoKernelReturns {
+		if pp.rets, err = pp.sel.GoReturns(); err != nil {
+			return planned{}, fmt.Errorf("%w; exclude those functions ('!name'): their returns cannot be probed", err)
+		}
+	}
+	return pp, nil
+}
+
+// number adds pp to the plan and gives a row, the next cookie, to each of
+// its sites that no earlier probe of the same file and kind has.
+func (r *resolver) number(pp planned) {
+	pl := r.pl
+	fk := fileKind{pp.file.real, pp.probe.Kind}
+	seen := r.seen[fk]
+	if seen == nil && r.earlier[fk] {
+		seen = map[uint64]bool{}
+		for _, row := range pl.rows {
+			if e := &pl.probes[row.probe]; e.file.real == fk.real && e.probe.Kind == fk.kind {
+				seen[e.offs[row.k]] = true
+			}
+		}
+		r.seen[fk] = seen
+	}
+	r.earlier[fk] = true
+	pi := int32(len(pl.probes))
+	pl.probes = append(pl.probes, pp)
+	pl.rows = slices.Grow(pl.rows, len(pp.offs))
+	for k, off := range pp.offs {
+		if seen != nil {
+			if seen[off] {
+				continue
+			}
+			seen[off] = true
+		}
+		pl.rows = append(pl.rows, row{probe: pi, k: int32(k)})
+	}
 }
 
 // lookupRoot is the root in which target is looked up: with Options.PID,
