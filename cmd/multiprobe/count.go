@@ -102,92 +102,95 @@ type progStats struct {
 	PerRunAvg time.Duration `json:"per_run_avg_ns"`
 }
 
+// countFlags are count's flags beyond the tracer's.
+type countFlags struct {
+	trace     traceFlags
+	profile   profileFlags
+	stats     bool
+	profiling bool
+	withArgs  bool
+	nargs     int
+	strs      strArgs
+}
+
+// parseCountFlags parses count's command line into its flags, probe specs
+// and the command after "--", and checks them against each other.
+func parseCountFlags(args []string) (f *countFlags, specs, command []string, err error) {
+	f = &countFlags{}
+	fs := newFlagSet("count")
+	f.trace.register(fs, "sites with the most calls")
+	fs.BoolVar(&f.stats, "stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
+	fs.BoolVar(&f.profiling, "profile", false, "profile the probe program while it counts: its cost per run and its hot source lines, as the profile command does")
+	f.profile.register(fs)
+	fs.BoolVar(&f.withArgs, "args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
+	fs.IntVar(&f.nargs, "nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
+	fs.Var(&f.strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
+	if specs, command, err = parseFlags(fs, args); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := f.trace.check(specs, command); err != nil {
+		return nil, nil, nil, err
+	}
+	switch {
+	case f.nargs < 0 || f.nargs > 6:
+		return nil, nil, nil, usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", f.nargs)
+	case len(f.strs) > 0 && !f.withArgs:
+		return nil, nil, nil, usagef("--str prints arguments: give --args too")
+	}
+	if err := f.profile.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	if f.profiling {
+		f.trace.profiling = &f.profile
+	} else if f.profile.pprof != "" || f.profile.folded != "" {
+		return nil, nil, nil, usagef("-o and --folded write the probe program's profile: give --profile too")
+	}
+	return f, specs, command, nil
+}
+
 func runCount(args []string, stdout, stderr io.Writer) error {
 	// The hits printed with --args and the report share stdout from two
 	// goroutines; the command's output goes to the same places (as the
 	// files themselves where they are files, so that it sees a terminal).
 	rawStdout, rawStderr := stdout, stderr
 	stdout, stderr = &syncWriter{w: stdout}, &syncWriter{w: stderr}
-	fs := newFlagSet("count")
-	var tf traceFlags
-	tf.register(fs, "sites with the most calls")
-	stats := fs.Bool("stats", false, "turn on the kernel's BPF run-time statistics and print the cost per hit")
-	profiling := fs.Bool("profile", false, "profile the probe program while it counts: its cost per run and its hot source lines, as the profile command does")
-	var pf profileFlags
-	pf.register(fs)
-	withArgs := fs.Bool("args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
-	nargs := fs.Int("nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
-	var strs strArgs
-	fs.Var(&strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
-	specs, command, err := parseFlags(fs, args)
+	f, specs, command, err := parseCountFlags(args)
 	if err != nil {
 		return err
-	}
-	if err := tf.check(specs, command); err != nil {
-		return err
-	}
-	if *nargs < 0 || *nargs > 6 {
-		return usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", *nargs)
-	}
-	if len(strs) > 0 && !*withArgs {
-		return usagef("--str prints arguments: give --args too")
-	}
-	if err := pf.check(); err != nil {
-		return err
-	}
-	if *profiling {
-		tf.profiling = &pf
-	} else if pf.pprof != "" || pf.folded != "" {
-		return usagef("-o and --folded write the probe program's profile: give --profile too")
 	}
 	probes, err := multiprobe.ParseProbes(specs...)
 	if err != nil {
 		return usagef("%v", err)
 	}
-	tr, err := newTracer(&tf, command, rawStdout, rawStderr, stdout, stderr)
+	tr, err := newTracer(&f.trace, command, rawStdout, rawStderr, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer tr.close()
-	opts, features := tr.opts, tr.features
 	// The pid is known before Resolve: the plan decides from it whether
 	// the kernel filters or Prepare gives the program the in-BPF filter.
-	plan, err := multiprobe.Resolve(probes, opts)
+	plan, err := multiprobe.Resolve(probes, tr.opts)
 	if err != nil {
 		return err
 	}
 	defer plan.Close()
-	c, err := loadCounter(plan, *withArgs, strs)
+	c, err := loadCounter(plan, f.withArgs, f.strs)
 	if err != nil {
 		return err
 	}
 	defer c.close()
 	sites := plan.Sites()
-	var hitsDone chan struct{}
 	var hitLog []hitRecord
-	if *withArgs {
-		hitsDone = make(chan struct{})
-		rd, err := ringbuf.NewReader(c.hits)
+	if f.withArgs {
+		stop, err := c.readHits(sites, f.nargs, f.strs, stdout, f.trace.asJSON, &hitLog)
 		if err != nil {
-			return fmt.Errorf("--args: %w", err)
+			return err
 		}
-		go func() {
-			defer close(hitsDone)
-			hitLog = readHits(rd, sites, *nargs, strs, stdout, tf.asJSON)
-		}()
-		defer func() {
-			rd.Close()
-			<-hitsDone
-		}()
-		c.stopHits = func() {
-			// The reader returns what is in the buffer, then ErrFlushed.
-			rd.Flush()
-			<-hitsDone
-		}
+		defer stop()
 	}
-	var statsOff io.Closer
-	if *stats {
-		if statsOff, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
+	if f.stats {
+		statsOff, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		if err != nil {
 			return fmt.Errorf("--stats: enabling BPF run-time statistics: %w", err)
 		}
 		defer statsOff.Close()
@@ -200,19 +203,79 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	elapsed := end.elapsed
+	report, err := c.report(sites, f.trace.top)
+	if err != nil {
+		return err
+	}
+	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), end.elapsed
+	if f.stats {
+		st := end.stats
+		ps := &progStats{Runs: st.RunCount, Runtime: st.Runtime}
+		if ps.Runs > 0 {
+			ps.PerRunAvg = ps.Runtime / time.Duration(ps.Runs)
+		}
+		report.Stats = ps
+	}
+	report.Profile = end.profile
+	if err := f.profile.write(end.profile); err != nil {
+		return err
+	}
+	if f.withArgs {
+		report.Hits = hitLog
+		var d uint64
+		if err := c.dropped.Lookup(uint32(0), &d); err == nil {
+			report.HitsDropped = d
+		}
+	}
+	if f.trace.asJSON {
+		if err := writeJSON(stdout, report); err != nil {
+			return err
+		}
+		return end.status()
+	}
+	report.writeText(stdout, f.profile.top)
+	return end.status()
+}
 
-	report := countReport{Kernel: features.Release, Path: features.Path().String(), Sites: len(sites), Duration: elapsed, Counts: []countedSite{}}
+// readHits starts printing (or, with asJSON, logging into *log) the hits
+// of the --args program as they come, and returns what waits for the
+// reader to end; c.stopHits, once the probes are detached, makes it end
+// after the last hit in the buffer.
+func (c *counter) readHits(sites []multiprobe.Site, nargs int, strs strArgs, stdout io.Writer, asJSON bool, log *[]hitRecord) (wait func(), err error) {
+	rd, err := ringbuf.NewReader(c.hits)
+	if err != nil {
+		return nil, fmt.Errorf("--args: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		*log = readHits(rd, sites, nargs, strs, stdout, asJSON)
+	}()
+	c.stopHits = func() {
+		// The reader returns what is in the buffer, then ErrFlushed.
+		rd.Flush()
+		<-done
+	}
+	return func() {
+		rd.Close()
+		<-done
+	}, nil
+}
+
+// report reads the counts of sites into a report: its probes, and the
+// sites called, most calls first, the first top of them if top > 0. A
+// USDT probe inlined at many places has many sites: it is one row, under
+// its first site's offset.
+func (c *counter) report(sites []multiprobe.Site, top int) (countReport, error) {
+	report := countReport{Sites: len(sites), Counts: []countedSite{}}
 	counts := make([]uint64, len(sites))
 	for i := range sites {
 		if err := c.counts.Lookup(uint32(i), &counts[i]); err != nil {
-			return fmt.Errorf("reading count of %s: %w", sites[i].Name, err)
+			return report, fmt.Errorf("reading count of %s: %w", sites[i].Name, err)
 		}
 	}
-	// A USDT probe inlined at many places has many sites: count it once,
-	// under its first site's offset.
 	usdtRow := map[string]int{}
-	probeIndex := make(map[*multiprobe.Probe]int, len(probes))
+	probeIndex := map[*multiprobe.Probe]int{}
 	for _, s := range sites {
 		if _, ok := probeIndex[s.Probe]; !ok {
 			probeIndex[s.Probe] = len(report.Probes)
@@ -241,37 +304,17 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind))
 	})
-	if tf.top > 0 && len(report.Counts) > tf.top {
-		report.Omitted = len(report.Counts) - tf.top
-		report.Counts = report.Counts[:tf.top]
+	if top > 0 && len(report.Counts) > top {
+		report.Omitted = len(report.Counts) - top
+		report.Counts = report.Counts[:top]
 	}
-	if *stats {
-		st := end.stats
-		ps := &progStats{Runs: st.RunCount, Runtime: st.Runtime}
-		if ps.Runs > 0 {
-			ps.PerRunAvg = ps.Runtime / time.Duration(ps.Runs)
-		}
-		report.Stats = ps
-	}
-	report.Profile = end.profile
-	if err := pf.write(end.profile); err != nil {
-		return err
-	}
-	if *withArgs {
-		report.Hits = hitLog
-		var d uint64
-		if err := c.dropped.Lookup(uint32(0), &d); err == nil {
-			report.HitsDropped = d
-		}
-	}
-	if tf.asJSON {
-		if err := writeJSON(stdout, report); err != nil {
-			return err
-		}
-		return end.status()
-	}
+	return report, nil
+}
+
+// writeText writes the report as count's table; profileTop is --lines.
+func (report *countReport) writeText(w io.Writer, profileTop int) {
 	if report.HitsDropped > 0 {
-		fmt.Fprintf(stdout, "%d hits did not fit in the ring buffer and were not printed\n", report.HitsDropped)
+		fmt.Fprintf(w, "%d hits did not fit in the ring buffer and were not printed\n", report.HitsDropped)
 	}
 	width := len("CALLS")
 	if len(report.Counts) > 0 {
@@ -281,24 +324,23 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	for _, c := range report.Counts {
 		kindWidth = max(kindWidth, len(c.Kind))
 	}
-	fmt.Fprintf(stdout, "%*s  %-*s  %s\n", width, "CALLS", kindWidth, "KIND", "FUNCTION")
+	fmt.Fprintf(w, "%*s  %-*s  %s\n", width, "CALLS", kindWidth, "KIND", "FUNCTION")
 	for _, c := range report.Counts {
-		fmt.Fprintf(stdout, "%*d  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, c.Function)
+		fmt.Fprintf(w, "%*d  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, c.Function)
 	}
 	if report.Omitted > 0 {
-		fmt.Fprintf(stdout, "(%d more %s called, left out by --top)\n", report.Omitted, plural(report.Omitted, "site", "sites"))
+		fmt.Fprintf(w, "(%d more %s called, left out by --top)\n", report.Omitted, plural(report.Omitted, "site", "sites"))
 	}
-	fmt.Fprintf(stdout, "%d %s to %d of %d %s in %v (%s)\n",
+	fmt.Fprintf(w, "%d %s to %d of %d %s in %v (%s)\n",
 		report.Calls, plural(int(min(report.Calls, 2)), "call", "calls"), report.Called, report.Sites, plural(report.Sites, "site", "sites"),
-		elapsed.Round(time.Millisecond), features.Path())
+		report.Duration.Round(time.Millisecond), report.Path)
 	if s := report.Stats; s != nil {
-		fmt.Fprintf(stdout, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)
+		fmt.Fprintf(w, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)
 	}
 	if report.Profile != nil {
-		fmt.Fprintln(stdout)
-		report.Profile.writeText(stdout, pf.top)
+		fmt.Fprintln(w)
+		report.Profile.writeText(w, profileTop)
 	}
-	return end.status()
 }
 
 // secondsFlag is a duration flag that also takes a bare number of seconds
