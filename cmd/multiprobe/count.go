@@ -724,13 +724,52 @@ func isGoProgram(path string) bool {
 // arguments use), then the --str strings, each
 // after what reading it returned.
 func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, strs strArgs, stdout io.Writer, asJSON bool) []hitRecord {
-	const (
-		argsAt    = 8
-		regsAt    = argsAt + 8*usdt.MaxArgs
-		strLensAt = regsAt + 8*8
-		strsAt    = strLensAt + 4*maxStrArgs + 4
-		size      = strsAt + maxStrArgs*maxStrLen
-	)
+	d := newHitDecoder(sites, nargs, strs)
+	var log []hitRecord
+	var rec ringbuf.Record
+	var line []byte
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
+				return log
+			}
+			continue
+		}
+		h, str, ok := d.decode(rec.RawSample)
+		if !ok {
+			continue
+		}
+		if asJSON {
+			if len(log) < maxHitLog {
+				log = append(log, h)
+			}
+			continue
+		}
+		// One write a line: the traced command may write to the same
+		// pipe, and a write this short is not split up.
+		line = appendHit(line[:0], h, str)
+		stdout.Write(line)
+	}
+}
+
+// The layout of count_args.c's struct hit.
+const (
+	hitArgsAt    = 8
+	hitRegsAt    = hitArgsAt + 8*usdt.MaxArgs
+	hitStrLensAt = hitRegsAt + 8*8
+	hitStrsAt    = hitStrLensAt + 4*maxStrArgs + 4
+	hitSize      = hitStrsAt + maxStrArgs*maxStrLen
+)
+
+// A hitDecoder turns count_args.c's records into hits.
+type hitDecoder struct {
+	sites  []multiprobe.Site
+	nargs  int
+	strs   strArgs
+	goFile map[string]bool // by path: whose arguments are in Go's registers
+}
+
+func newHitDecoder(sites []multiprobe.Site, nargs int, strs strArgs) *hitDecoder {
 	// A uprobe prints its first nargs arguments, and any --str asks for.
 	for _, n := range strs {
 		if n < strRet {
@@ -743,89 +782,82 @@ func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, strs strAr
 			goFile[s.Path] = isGoProgram(s.Path)
 		}
 	}
-	var log []hitRecord
-	var rec ringbuf.Record
-	var line []byte
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
-				return log
-			}
-			continue
-		}
-		b := rec.RawSample
-		if len(b) < size {
-			continue
-		}
-		site := binary.NativeEndian.Uint32(b)
-		if int(site) >= len(sites) {
-			continue
-		}
-		s := sites[site]
-		val := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[argsAt+8*i:])) }
-		reg := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[regsAt+8*i:])) }
-		h := hitRecord{Probe: s.Name, Kind: s.Probe.Kind.String(), Args: []int64{}}
-		switch s.Probe.Kind {
-		case multiprobe.USDT:
-			argc := min(int(int32(binary.NativeEndian.Uint32(b[4:]))), usdt.MaxArgs)
-			for i := range argc {
-				h.Args = append(h.Args, val(i))
-			}
-		case multiprobe.Return:
-			r := reg(strRet)
-			h.Ret = &r
-		default:
-			regs := cArgRegs
-			if goFile[s.Path] {
-				regs = goArgRegs
-			}
-			for _, r := range regs[:nargs] {
-				h.Args = append(h.Args, reg(r))
-			}
-		}
-		// The strings that mean something at this kind of site: a
-		// return's value, another's arguments.
-		str := map[uint32]string{}
-		for i, n := range strs {
-			if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) || goFile[s.Path] {
-				continue
-			}
-			l := int32(binary.NativeEndian.Uint32(b[strLensAt+4*i:]))
-			if l <= 0 || l > maxStrLen {
-				continue // not readable there: the number is printed
-			}
-			str[n] = string(b[strsAt+maxStrLen*i:][:l-1])
-			if h.Strings == nil {
-				h.Strings = map[string]string{}
-			}
-			h.Strings[strs.name(n)] = str[n]
-		}
-		if asJSON {
-			if len(log) < maxHitLog {
-				log = append(log, h)
-			}
-			continue
-		}
-		// One write a line: the traced command may write to the same
-		// pipe, and a write this short is not split up.
-		line = append(line[:0], h.Probe...)
-		if h.Ret != nil {
-			line = append(line, " returned"...)
-			if v, ok := str[strRet]; ok {
-				line = strconv.AppendQuote(append(line, ' '), v)
-			} else {
-				line = fmt.Appendf(line, " %d", *h.Ret)
-			}
-		}
-		for i, a := range h.Args {
-			if v, ok := str[uint32(i)]; ok {
-				line = strconv.AppendQuote(append(line, ' '), v)
-			} else {
-				line = fmt.Appendf(line, " %d", a)
-			}
-		}
-		stdout.Write(append(line, '\n'))
+	return &hitDecoder{sites: sites, nargs: nargs, strs: strs, goFile: goFile}
+}
+
+// decode reads one record: the hit, and the arguments (strRet for the
+// return value) that were readable as the strings --str asks for. ok is
+// false for a record too short or of no site.
+func (d *hitDecoder) decode(b []byte) (h hitRecord, str map[uint32]string, ok bool) {
+	if len(b) < hitSize {
+		return h, nil, false
 	}
+	site := binary.NativeEndian.Uint32(b)
+	if int(site) >= len(d.sites) {
+		return h, nil, false
+	}
+	s := d.sites[site]
+	val := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[hitArgsAt+8*i:])) }
+	reg := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[hitRegsAt+8*i:])) }
+	h = hitRecord{Probe: s.Name, Kind: s.Probe.Kind.String(), Args: []int64{}}
+	switch s.Probe.Kind {
+	case multiprobe.USDT:
+		argc := min(int(int32(binary.NativeEndian.Uint32(b[4:]))), usdt.MaxArgs)
+		for i := range argc {
+			h.Args = append(h.Args, val(i))
+		}
+	case multiprobe.Return:
+		r := reg(strRet)
+		h.Ret = &r
+	default:
+		regs := cArgRegs
+		if d.goFile[s.Path] {
+			regs = goArgRegs
+		}
+		for _, r := range regs[:d.nargs] {
+			h.Args = append(h.Args, reg(r))
+		}
+	}
+	// The strings that mean something at this kind of site: a return's
+	// value, another's arguments.
+	str = map[uint32]string{}
+	for i, n := range d.strs {
+		if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) || d.goFile[s.Path] {
+			continue
+		}
+		l := int32(binary.NativeEndian.Uint32(b[hitStrLensAt+4*i:]))
+		if l <= 0 || l > maxStrLen {
+			continue // not readable there: the number is printed
+		}
+		str[n] = string(b[hitStrsAt+maxStrLen*i:][:l-1])
+		if h.Strings == nil {
+			h.Strings = map[string]string{}
+		}
+		h.Strings[d.strs.name(n)] = str[n]
+	}
+	return h, str, true
+}
+
+// appendHit appends a hit's line: the probe, its return value or its
+// arguments, strings quoted.
+func appendHit(line []byte, h hitRecord, str map[uint32]string) []byte {
+	line = append(line, h.Probe...)
+	if h.Ret != nil {
+		line = append(line, " returned"...)
+		if v, ok := str[strRet]; ok {
+			line = strconv.AppendQuote(append(line, ' '), v)
+		} else {
+			line = fmt.Appendf(line, " %d", *h.Ret)
+		}
+	}
+	for i, a := range h.Args {
+		if v, ok := str[uint32(i)]; ok {
+			line = strconv.AppendQuote(append(line, ' '), v)
+		} else {
+			line = fmt.Appendf(line, " %d", a)
+		}
+	}
+	return append(line, '\n')
 }
 
 // childWriter is what a command's output is written to: the file itself,
