@@ -376,17 +376,9 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 	if !cookies && l.filtered != nil {
 		return l.filtered, nil, nil // entry and return sites share it
 	}
-	shared := map[string]*ebpf.Map{}
-	for _, ins := range ps.prog.Instructions {
-		ref := ins.Reference()
-		if !ins.IsLoadFromMap() || ref == "" || (cookies && ref == cookieSection) || shared[ref] != nil {
-			continue
-		}
-		m := maps.get(ref)
-		if m == nil {
-			return nil, nil, fmt.Errorf("multiprobe: program %v: cannot find its map %s among the loaded program's maps (names must differ in their first 15 bytes)", prog, ref)
-		}
-		shared[ref] = m
+	shared, err := sharedMaps(prog, ps, maps, cookies)
+	if err != nil {
+		return nil, nil, err
 	}
 	base := ps.prog.Copy()
 	if l.filter != nil {
@@ -396,37 +388,15 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		shared[pidfilter.MapName], shared[pidfilter.AllMapName] = l.filter.Map(), l.filter.AllMap()
 	}
 	specs := []*ebpf.ProgramSpec{base}
-	var consts []*ebpf.Map
-	defer func() {
-		for _, m := range consts {
-			m.Close()
-		}
-	}()
 	if cookies {
-		// Per site a clone and its BTF, then a perf event and a link:
-		// fail now rather than with EMFILE part way.
-		n := target.Targets(targets).Sites()
-		if err := fds.Ensure(4*n, fmt.Sprintf("%d per-site clones and uprobes", n)); err != nil {
-			return nil, nil, fmt.Errorf("multiprobe: %w", err)
-		}
-		specs = specs[:0]
-		for i, c := range target.Targets(targets).Cookies() {
-			m, err := ps.cookieMap(c)
-			if err != nil {
-				return nil, nil, err
+		var consts []*ebpf.Map
+		defer func() {
+			for _, m := range consts {
+				m.Close()
 			}
-			consts = append(consts, m)
-			spec := base.Copy()
-			spec.Name = fmt.Sprintf("%.8s_%d", ps.prog.Name, len(l.clones)+i)
-			for j := range spec.Instructions {
-				ins := &spec.Instructions[j]
-				if ins.IsLoadFromMap() && ins.Reference() == cookieSection {
-					if err := ins.AssociateMap(m); err != nil {
-						return nil, nil, err
-					}
-				}
-			}
-			specs = append(specs, spec)
+		}()
+		if specs, consts, err = l.perSiteSpecs(ps, base, targets); err != nil {
+			return nil, nil, err
 		}
 	}
 	loaded, _, err := load.Programs(specs, shared, nil)
@@ -452,6 +422,57 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		return progs[0], nil, nil
 	}
 	return nil, progs, nil
+}
+
+// sharedMaps are the loaded maps of prog that its copies use as they are:
+// every map its spec loads from, but the cookie section a per-site copy
+// has its own of.
+func sharedMaps(prog *ebpf.Program, ps *preparedSpec, maps progMaps, cookies bool) (map[string]*ebpf.Map, error) {
+	shared := map[string]*ebpf.Map{}
+	for _, ins := range ps.prog.Instructions {
+		ref := ins.Reference()
+		if !ins.IsLoadFromMap() || ref == "" || (cookies && ref == cookieSection) || shared[ref] != nil {
+			continue
+		}
+		m := maps.get(ref)
+		if m == nil {
+			return nil, fmt.Errorf("multiprobe: program %v: cannot find its map %s among the loaded program's maps (names must differ in their first 15 bytes)", prog, ref)
+		}
+		shared[ref] = m
+	}
+	return shared, nil
+}
+
+// perSiteSpecs returns a copy of base for each site of targets, each bound
+// to a cookie section of its own with the site's cookie (see "Kernels
+// without BPF cookies" in the package doc), and those sections, which the
+// caller closes once the copies are loaded.
+func (l *Link) perSiteSpecs(ps *preparedSpec, base *ebpf.ProgramSpec, targets []target.Target) (specs []*ebpf.ProgramSpec, consts []*ebpf.Map, err error) {
+	// Per site a clone and its BTF, then a perf event and a link: fail
+	// now rather than with EMFILE part way.
+	n := target.Targets(targets).Sites()
+	if err := fds.Ensure(4*n, fmt.Sprintf("%d per-site clones and uprobes", n)); err != nil {
+		return nil, nil, fmt.Errorf("multiprobe: %w", err)
+	}
+	for i, c := range target.Targets(targets).Cookies() {
+		m, err := ps.cookieMap(c)
+		if err != nil {
+			return nil, consts, err
+		}
+		consts = append(consts, m)
+		spec := base.Copy()
+		spec.Name = fmt.Sprintf("%.8s_%d", ps.prog.Name, len(l.clones)+i)
+		for j := range spec.Instructions {
+			ins := &spec.Instructions[j]
+			if ins.IsLoadFromMap() && ins.Reference() == cookieSection {
+				if err := ins.AssociateMap(m); err != nil {
+					return nil, consts, err
+				}
+			}
+		}
+		specs = append(specs, spec)
+	}
+	return specs, consts, nil
 }
 
 // preparedFor finds the spec that Prepare kept for prog: by name, and by
