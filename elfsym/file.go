@@ -24,6 +24,7 @@ const symSize = 24 // sizeof(Elf64_Sym)
 // for concurrent use; Close must not race with them.
 type File struct {
 	path string
+	tune tuning // how its lookups split their work; tests change it
 	// data is the whole file as the caller gave it to NewFile. Open maps
 	// the whole file only to read its headers: maps are the mappings of
 	// the tables that Open keeps (see narrow).
@@ -237,7 +238,7 @@ func newFile(name string, data []byte) (*File, error) {
 	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
 		return nil, fmt.Errorf("%s: %w: ELF type %s (want an executable or a shared object)", name, ErrUnsupported, ef.Type)
 	}
-	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, refs: 1}
+	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, refs: 1, tune: defaultTuning}
 	f.image = elfimage.Load(ef.Progs)
 	if err := f.image.Within(uint64(len(data))); err != nil {
 		// Symbols in such a segment would get offsets the kernel refuses.

@@ -465,6 +465,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // weak definition and leaves a gap in a worker's part of the sites, and
 // with the keys sorted by comparison, as for a file past packed keys' reach.
 func TestParallel(t *testing.T) {
+	t.Parallel() // its splits are its own Files', not the package's
 	fx := buildFixtures(t)
 	patterns := [][]string{{"*"}, {"wdup", "*"}, {"wdup"}, {"func_*", "!func_beta"}, {"*", "!*a*"}, {"*et_*"}, {"*_*a*", "*var"}}
 	for _, bin := range []string{fx.pie, fx.nopie, fx.lib} {
@@ -475,21 +476,16 @@ func TestParallel(t *testing.T) {
 		defer f.Close()
 		for _, pats := range patterns {
 			want, werr := f.Resolve(pats...)
-			func() {
-				defer func(sites, scan, strs, procs int, pack bool) {
-					parallelSites, parallelScan, parallelStrings, packKeys = sites, scan, strs, pack
-					runtime.GOMAXPROCS(procs)
-				}(parallelSites, parallelScan, parallelStrings, runtime.GOMAXPROCS(4), packKeys)
-				for _, n := range []int{1, 2, 3, 7} {
-					for _, pack := range []bool{true, false} {
-						parallelSites, parallelScan, parallelStrings, packKeys = n, n, n, pack
-						got, err := f.Resolve(pats...)
-						if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
-							t.Errorf("%s %q, parallel from %d, packed keys %v:\n got %v, %v\nwant %v, %v", filepath.Base(bin), pats, n, pack, got, err, want, werr)
-						}
+			for _, n := range []int{1, 2, 3, 7} {
+				for _, pack := range []bool{true, false} {
+					f.tune = tuning{parallelStrings: n, parallelScan: n, parallelSites: n, cpus: 4, noPack: !pack}
+					got, err := f.Resolve(pats...)
+					if (err == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+						t.Errorf("%s %q, parallel from %d, packed keys %v:\n got %v, %v\nwant %v, %v", filepath.Base(bin), pats, n, pack, got, err, want, werr)
 					}
 				}
-			}()
+			}
+			f.tune = defaultTuning
 		}
 	}
 }
