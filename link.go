@@ -1,0 +1,531 @@
+package multiprobe
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/fallback"
+	"github.com/multiprobe/multiprobe/internal/fds"
+	"github.com/multiprobe/multiprobe/internal/target"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/load"
+	"github.com/multiprobe/multiprobe/pidfilter"
+	"github.com/multiprobe/multiprobe/usdt"
+)
+
+// A Link is a program attached to the sites of a plan. It owns what it
+// loaded and wrote for them, and Close undoes exactly that, nothing another
+// Link holds: its pid filter, its references to USDT argument specs and its
+// per-site copies on kernels without BPF cookies (see the package
+// documentation for each).
+type Link struct {
+	plan    *Plan
+	prog    *ebpf.Program // as given to Attach
+	path    kernelprobe.Path
+	links   []*attach.Link   // uprobe_multi path
+	perSite []*fallback.Link // perf-event path
+	clones  []*ebpf.Program  // the copies of the program the link loaded
+	// filtered is the copy with the link's pid filter, for every site,
+	// where the kernel has BPF cookies.
+	filtered *ebpf.Program
+	cloneFDs int           // held by the copies: each program, and its BTF
+	specIDs  *usdt.SpecIDs // the USDT sites' argument spec ids
+
+	mu     sync.Mutex
+	filter *pidfilter.Filter // the link's own in-BPF pid filter, if it has one
+	pids   []int             // what l holds in filter
+}
+
+// Attach attaches prog to every site of the plan, all or nothing: on error,
+// nothing stays attached. prog must be a kprobe-type program loaded from a
+// spec that went through this plan's Prepare (or another plan's with the
+// same features). Each site's cookie is its index in Plan.Sites.
+//
+// Attach finds the maps of the loaded program itself, by their IDs: a copy
+// of the program (see Link) shares them, and the USDT argument specs go
+// into its mp_usdt_specs. Reading a program's maps needs CAP_SYS_ADMIN. A
+// plan that needs a copy and a program whose spec its Prepare did not keep
+// is an error wrapping ErrNotPrepared (and ErrNoPIDFilter for a pid
+// filter).
+//
+// On kernels with uprobe_multi (Linux 6.6+) each binary gets one link per
+// kind of probe; on older ones, or when Features say so, every site gets
+// its own perf-event uprobe (package fallback), with the same cookies.
+func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
+	if prog == nil {
+		return nil, fmt.Errorf("multiprobe: nil program: %w", attach.ErrWrongProgram)
+	}
+	if prog.FD() < 0 {
+		return nil, fmt.Errorf("multiprobe: program %v is closed: %w", prog, attach.ErrWrongProgram)
+	}
+	for _, of := range pl.files {
+		if err := of.changed(); err != nil {
+			return nil, err
+		}
+	}
+	l := &Link{plan: pl, path: pl.features.Path(), prog: prog}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	maps, err := programMaps(prog, pl.needsMaps())
+	if err != nil {
+		return nil, err
+	}
+	defer maps.close()
+
+	if pids := pl.inBPFPIDs(); pids != nil {
+		if l.filter, err = pidfilter.NewFilter(uint32(max(len(pids), pidfilter.DefaultMaxPIDs))); err != nil {
+			return nil, fmt.Errorf("multiprobe: %w", err)
+		}
+		if err := l.filter.Acquire(pids...); err != nil {
+			return nil, fmt.Errorf("multiprobe: %w", err)
+		}
+		l.pids = pids
+	}
+	usdtCookie, err := l.acquireSpecs(maps)
+	if err != nil {
+		return nil, err
+	}
+	// Targets, not Sites: see "Sites and cookies" in the package doc.
+	for _, kind := range []Kind{Entry, Return} {
+		targets := pl.targets(kind, usdtCookie)
+		if len(targets) == 0 {
+			continue
+		}
+		single, perSite, err := l.programsFor(prog, maps, targets)
+		if err != nil {
+			return nil, err
+		}
+		if l.path == kernelprobe.PathUprobeMulti {
+			al, err := attach.UprobeMulti(single, targets, &attach.Options{
+				Return:   kind == Return,
+				Session:  pl.opts.Session,
+				PID:      pl.kernelPID(),
+				Features: &pl.features,
+			})
+			if err != nil {
+				return nil, err
+			}
+			l.links = append(l.links, al)
+			continue
+		}
+		pl.name(targets)
+		fo := &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite}
+		if fn := pl.opts.Progress; fn != nil {
+			path := ""
+			if len(targets) == 1 {
+				path = targets[0].Path
+			}
+			fo.Progress = func(phase string, done, total int) {
+				fn(Progress{Phase: phase, Path: path, Done: done, Total: total})
+			}
+		}
+		fl, err := fallback.Uprobes(single, targets, fo)
+		if err != nil {
+			return nil, err
+		}
+		l.perSite = append(l.perSite, fl)
+	}
+	return l, nil
+}
+
+// name fills in the names of uprobe sites for the perf-event path's
+// messages, where attaching a site costs far more than naming it.
+func (pl *Plan) name(targets []target.Target) {
+	sites := pl.siteTable()
+	names := map[*os.File]map[uint64]string{}
+	for i, r := range pl.rows {
+		f := pl.probes[r.probe].file.f
+		m := names[f]
+		if m == nil {
+			m = map[uint64]string{}
+			names[f] = m
+		}
+		s := &sites[i]
+		m[s.Offset] = s.Name
+		for _, off := range s.Returns {
+			m[off] = s.Name + " (a return)"
+		}
+	}
+	for i := range targets {
+		t := &targets[i]
+		m := names[t.File]
+		t.Names = make([]string, len(t.Offsets))
+		for j, off := range t.Offsets {
+			t.Names[j] = m[off]
+		}
+	}
+}
+
+// Sites returns the attached sites, as Plan.Sites does: a copy of its own
+// at each call; a site's index is its cookie.
+func (l *Link) Sites() []Site { return l.plan.Sites() }
+
+// Path returns the attach path used.
+func (l *Link) Path() kernelprobe.Path { return l.path }
+
+// Links returns the underlying uprobe_multi links, for their kernel info;
+// none on the perf-event path.
+func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
+
+// Programs returns the programs attached to the sites: the one given to
+// Attach, or the link's copies of it (see Link), whose run-time statistics
+// (ebpf.Program.Stats) are where the runs are counted. They are the
+// link's: do not close them, and read them before Close.
+func (l *Link) Programs() []*ebpf.Program {
+	if len(l.clones) > 0 {
+		return slices.Clone(l.clones)
+	}
+	return []*ebpf.Program{l.prog}
+}
+
+// Clones returns how many copies of the program the link loaded and holds:
+// one per site on a kernel without BPF cookies (before Linux 5.15), for a
+// program that reads its cookie with mp_cookie; otherwise one where the
+// link filters by pid in BPF, none where it does not.
+func (l *Link) Clones() int { return len(l.clones) }
+
+// FDs returns how many file descriptors the link holds: one per binary
+// and kind on the uprobe_multi path, one or two per site on the perf-event
+// path, one for each copy of the program (see Clones) and one more for its
+// BTF if the program has any, two for its own pid filter, and one for its
+// handle of the USDT spec table.
+func (l *Link) FDs() int {
+	n := l.cloneFDs
+	for _, al := range l.links {
+		n += al.FDs()
+	}
+	for _, fl := range l.perSite {
+		n += fl.FDs()
+	}
+	if l.filter != nil {
+		n += 2 // its two maps
+	}
+	if l.specIDs != nil {
+		n++ // its handle of the USDT spec table
+	}
+	return n
+}
+
+// Close detaches every site, then frees the USDT spec ids and releases
+// the pids it holds in the pid filter. It may be called more than once.
+func (l *Link) Close() error {
+	var errs []error
+	for i := len(l.links) - 1; i >= 0; i-- {
+		errs = append(errs, l.links[i].Close())
+	}
+	l.links = nil
+	for i := len(l.perSite) - 1; i >= 0; i-- {
+		errs = append(errs, l.perSite[i].Close())
+	}
+	l.perSite = nil
+	for _, p := range l.clones {
+		errs = append(errs, p.Close())
+	}
+	l.clones, l.filtered, l.cloneFDs = nil, nil, 0
+	if l.specIDs != nil {
+		errs = append(errs, l.specIDs.Release())
+		l.specIDs = nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.filter != nil {
+		errs = append(errs, l.filter.Close())
+		l.filter, l.pids = nil, nil
+	}
+	return errors.Join(errs...)
+}
+
+// progMaps are a loaded program's maps, by their kernel names.
+type progMaps map[string]*ebpf.Map
+
+// programMaps opens the maps prog uses. The kernel lists them by ID, and
+// opening a map by ID needs CAP_SYS_ADMIN: unless required, Attach goes on
+// without them.
+func programMaps(prog *ebpf.Program, required bool) (progMaps, error) {
+	fail := func(err error) (progMaps, error) {
+		if !required {
+			return progMaps{}, nil
+		}
+		return nil, fmt.Errorf("multiprobe: reading the maps of program %v (needs CAP_SYS_ADMIN): %w", prog, err)
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return fail(err)
+	}
+	ids, ok := info.MapIDs()
+	if !ok {
+		return fail(errors.New("kernel does not list a program's maps"))
+	}
+	maps := progMaps{}
+	for _, id := range ids {
+		m, err := ebpf.NewMapFromID(id)
+		if err != nil {
+			maps.close()
+			return fail(err)
+		}
+		mi, err := m.Info()
+		if err != nil {
+			m.Close()
+			maps.close()
+			return fail(err)
+		}
+		if old := maps[mi.Name]; old != nil {
+			// Two maps whose names agree in their first 15 bytes: the
+			// kernel's names cannot tell them apart.
+			old.Close()
+			m.Close()
+			maps[mi.Name] = nil
+			continue
+		}
+		maps[mi.Name] = m
+	}
+	return maps, nil
+}
+
+// get returns the map a spec names name, nil if the program has none.
+func (pm progMaps) get(name string) *ebpf.Map { return pm[kernelName(name)] }
+
+func (pm progMaps) close() {
+	for _, m := range pm {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// kernelName is name as cilium/ebpf gives it to the kernel: characters
+// other than [A-Za-z0-9._] dropped, cut to BPF_OBJ_NAME_LEN-1 bytes.
+func kernelName(name string) string {
+	name = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'A' && r <= 'Z', r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_':
+			return r
+		}
+		return -1
+	}, name)
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	return name
+}
+
+// SetPIDs replaces the processes whose calls the link's program sees,
+// while it stays attached; with no pids, every process, which costs the
+// program no pid lookup. It needs the link's own in-BPF filter, which
+// Attach gives a link of a plan with Options.PIDs (or Options.PID where
+// the kernel cannot filter). Other links, of this program or another, are
+// not affected.
+func (l *Link) SetPIDs(pids ...int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.filter == nil {
+		if k := l.plan.kernelPID(); k != 0 {
+			return fmt.Errorf("multiprobe: SetPIDs: the kernel filters this link by pid %d (Options.PID alone on Linux 6.10+); use Options.PIDs for a set that can change", k)
+		}
+		return fmt.Errorf("multiprobe: SetPIDs: %w: the link's plan has no Options.PIDs (give it some, even one, for a set that can change)", ErrNoPIDFilter)
+	}
+	for _, pid := range pids {
+		if err := checkPID(pid); err != nil {
+			return err
+		}
+		if pid == 0 {
+			return fmt.Errorf("multiprobe: SetPIDs: pid 0: call SetPIDs() without pids for every process")
+		}
+	}
+	pids = slices.Clone(pids)
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	if len(pids) == 0 {
+		pids = []int{pidfilter.AllPIDs}
+	}
+	if err := l.filter.Replace(l.pids, pids); err != nil {
+		return err
+	}
+	l.pids = pids
+	return nil
+}
+
+// PIDs returns the processes the link's in-BPF filter admits, sorted; nil
+// for every process, or when the link has no in-BPF filter.
+func (l *Link) PIDs() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.pids) == 1 && l.pids[0] == pidfilter.AllPIDs {
+		return nil
+	}
+	return slices.Clone(l.pids)
+}
+
+// acquireSpecs gives the plan's USDT sites argument spec ids in the
+// program's spec map and returns the kernel cookie of USDT site i. A
+// program without the map does not read arguments: its sites keep their
+// plain cookies, which mp_usdt_cookie reads as well.
+func (l *Link) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, error) {
+	plain := func(_ int, c uint64) uint64 { return c }
+	if !l.plan.usdt {
+		return plain, nil
+	}
+	m := maps.get(usdt.SpecMapName)
+	if m == nil {
+		return plain, nil
+	}
+	// One spec per USDT row, in row order: the order in which targets
+	// numbers the USDT sites for usdtCookie.
+	var specs []usdt.Spec
+	for _, r := range l.plan.rows {
+		pp := &l.plan.probes[r.probe]
+		if pp.sel != nil {
+			continue
+		}
+		s := &pp.usdt[r.k]
+		if s.args.err != nil {
+			return nil, fmt.Errorf("probe %s: %s: %w", pp.probe, pp.file.path, s.args.err)
+		}
+		specs = append(specs, s.args.spec)
+	}
+	ids, err := usdt.AcquireSpecs(m, specs)
+	if err != nil {
+		return nil, fmt.Errorf("multiprobe: %w", err)
+	}
+	l.specIDs = ids
+	idList := ids.IDs()
+	return func(i int, c uint64) uint64 { return usdt.PackCookie(idList[i], uint32(c)) }, nil
+}
+
+// programsFor returns what Attach attaches to the sites of targets: prog
+// itself, or copies of it that the link owns and closes, for its pid filter
+// and, on a kernel without BPF cookies, one per site (see "Pid filters" and
+// "Kernels without BPF cookies" in the package doc). single is the program
+// for every site, or nil when perSite holds one per site.
+func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.Target) (single *ebpf.Program, perSite []*ebpf.Program, err error) {
+	pl := l.plan
+	ps, err := pl.preparedFor(prog)
+	if err != nil {
+		return nil, nil, err
+	}
+	if ps == nil {
+		switch {
+		case l.filter != nil:
+			return nil, nil, fmt.Errorf("multiprobe: program %v: %w, which puts in the pid filter for Options.PIDs on this kernel; call plan.Prepare(spec) before loading it (%w)",
+				prog, ErrNotPrepared, ErrNoPIDFilter)
+		case !pl.features.Cookies && maps.get(cookieSection) != nil:
+			return nil, nil, fmt.Errorf("multiprobe: program %v reads its cookie with mp_cookie, and kernel %s has no BPF cookies: %w, which gives each site its cookie; call plan.Prepare(spec) before loading it",
+				prog, pl.features.Release, ErrNotPrepared)
+		}
+		return prog, nil, nil
+	}
+	cookies := ps.section != nil
+	if l.filter == nil && !cookies {
+		return prog, nil, nil
+	}
+	if !cookies && l.filtered != nil {
+		return l.filtered, nil, nil // entry and return sites share it
+	}
+	shared, err := sharedMaps(prog, ps, maps, cookies)
+	if err != nil {
+		return nil, nil, err
+	}
+	base := ps.prog.Copy()
+	if l.filter != nil {
+		if err := pidfilter.InjectProgram(base); err != nil {
+			return nil, nil, fmt.Errorf("multiprobe: program %v: %w", prog, err)
+		}
+		shared[pidfilter.MapName], shared[pidfilter.AllMapName] = l.filter.Map(), l.filter.AllMap()
+	}
+	specs := []*ebpf.ProgramSpec{base}
+	if cookies {
+		var consts []*ebpf.Map
+		defer func() {
+			for _, m := range consts {
+				m.Close()
+			}
+		}()
+		if specs, consts, err = l.perSiteSpecs(ps, base, targets); err != nil {
+			return nil, nil, err
+		}
+	}
+	loaded, _, err := load.Programs(specs, shared, nil)
+	if err != nil {
+		what := "a copy of " + prog.String() + " with the link's pid filter"
+		if cookies {
+			what = fmt.Sprintf("a copy of %v per site (kernel %s has no BPF cookies)", prog, pl.features.Release)
+		}
+		return nil, nil, fmt.Errorf("multiprobe: loading %s: %w", what, err)
+	}
+	progs := make([]*ebpf.Program, len(specs))
+	for i, spec := range specs {
+		progs[i] = loaded[spec.Name]
+	}
+	l.clones = append(l.clones, progs...)
+	perCopy := 1
+	if btf.FuncMetadata(&base.Instructions[0]) != nil {
+		perCopy++ // cilium/ebpf keeps each program's BTF open
+	}
+	l.cloneFDs += perCopy * len(progs)
+	if !cookies {
+		l.filtered = progs[0]
+		return progs[0], nil, nil
+	}
+	return nil, progs, nil
+}
+
+// sharedMaps are the loaded maps of prog that its copies use as they are:
+// every map its spec loads from, but the cookie section a per-site copy
+// has its own of.
+func sharedMaps(prog *ebpf.Program, ps *preparedSpec, maps progMaps, cookies bool) (map[string]*ebpf.Map, error) {
+	shared := map[string]*ebpf.Map{}
+	for _, ins := range ps.prog.Instructions {
+		ref := ins.Reference()
+		if !ins.IsLoadFromMap() || ref == "" || (cookies && ref == cookieSection) || shared[ref] != nil {
+			continue
+		}
+		m := maps.get(ref)
+		if m == nil {
+			return nil, fmt.Errorf("multiprobe: program %v: cannot find its map %s among the loaded program's maps (names must differ in their first 15 bytes)", prog, ref)
+		}
+		shared[ref] = m
+	}
+	return shared, nil
+}
+
+// perSiteSpecs returns a copy of base for each site of targets, each bound
+// to a cookie section of its own with the site's cookie (see "Kernels
+// without BPF cookies" in the package doc), and those sections, which the
+// caller closes once the copies are loaded.
+func (l *Link) perSiteSpecs(ps *preparedSpec, base *ebpf.ProgramSpec, targets []target.Target) (specs []*ebpf.ProgramSpec, consts []*ebpf.Map, err error) {
+	// Per site a clone and its BTF, then a perf event and a link: fail
+	// now rather than with EMFILE part way.
+	n := target.Targets(targets).Sites()
+	if err := fds.Ensure(4*n, fmt.Sprintf("%d per-site clones and uprobes", n)); err != nil {
+		return nil, nil, fmt.Errorf("multiprobe: %w", err)
+	}
+	for i, c := range target.Targets(targets).Cookies() {
+		m, err := ps.cookieMap(c)
+		if err != nil {
+			return nil, consts, err
+		}
+		consts = append(consts, m)
+		spec := base.Copy()
+		spec.Name = fmt.Sprintf("%.8s_%d", ps.prog.Name, len(l.clones)+i)
+		for j := range spec.Instructions {
+			ins := &spec.Instructions[j]
+			if ins.IsLoadFromMap() && ins.Reference() == cookieSection {
+				if err := ins.AssociateMap(m); err != nil {
+					return nil, consts, err
+				}
+			}
+		}
+		specs = append(specs, spec)
+	}
+	return specs, consts, nil
+}
