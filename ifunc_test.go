@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/multiprobe/multiprobe"
-	"github.com/multiprobe/multiprobe/ifunc"
+	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
@@ -55,10 +55,10 @@ func TestIFunc(t *testing.T) {
 					t.Fatal(err)
 				}
 				for cookie, s := range sites {
-					moved := strings.HasPrefix(s.Moved, ifunc.Moved)
+					moved := s.Moved == elfsym.MovedIFunc
 					switch {
 					case s.Symbol.Type != elf.STT_GNU_IFUNC: // arm64's strchr
-						if counts[cookie] < n || s.Moved != "" {
+						if counts[cookie] < n || s.Moved != elfsym.NotMoved {
 							t.Errorf("%s at %#x, a plain function (%s): %d calls, want at least %d", s.Name, s.Offset, s.Moved, counts[cookie], n)
 						}
 					case !resolvers && (!moved || counts[cookie] < n):
@@ -66,7 +66,7 @@ func TestIFunc(t *testing.T) {
 					// The resolver runs at relocation, once or twice a
 					// process (the loader's IRELATIVE, a lazy PLT slot);
 					// the arm64 guest counted 3 once. A handful, not n.
-					case resolvers && (s.Moved != "" || counts[cookie] > 10):
+					case resolvers && (s.Moved != elfsym.NotMoved || counts[cookie] > 10):
 						t.Errorf("%s at its resolver %#x (%s): %d calls, want a handful (at most 10), as at relocation", s.Name, s.Offset, s.Moved, counts[cookie])
 					default:
 						t.Logf("%s at %#x (%s): %d calls", s.Name, s.Offset, s.Moved, counts[cookie])
@@ -119,7 +119,7 @@ func TestIFuncInRoot(t *testing.T) {
 			}
 			ok := counts[cookie] >= n
 			if s.Symbol.Type == elf.STT_GNU_IFUNC {
-				ok = ok && strings.HasPrefix(s.Moved, ifunc.Moved)
+				ok = ok && s.Moved == elfsym.MovedIFunc
 			}
 			if !ok {
 				t.Errorf("%s at %#x (%s): %d calls, want at least %d", s.Name, s.Offset, s.Moved, counts[cookie], n)

@@ -30,12 +30,12 @@ type Site struct {
 	// mp_usdt_cookie for a USDT site, whose kernel cookie also carries its
 	// argument spec id.
 	Cookie uint64
-	// Moved says why Offset is not where the symbol points, "" if it is:
-	// elfsym.MovedGoStackCheck for a Go function, ifunc.Moved for an IFUNC
-	// symbol probed at its implementation, or ifunc.NotMoved with the
-	// reason an IFUNC's implementation was not found (the resolver is
-	// probed).
-	Moved string
+	// Moved says where Offset is against where the symbol points, and
+	// Note says more where there is more (see elfsym.Site): after a Go
+	// function's stack check, at an IFUNC's implementation, or at its
+	// resolver and why. A USDT site is where its note says.
+	Moved elfsym.Move
+	Note  string
 	// Returns, for a uretprobe spec's site in a Go program, are the file
 	// offsets of the function's return instructions, where entry probes
 	// stand for the kernel's return probe (which Go's unwinder cannot

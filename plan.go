@@ -79,10 +79,10 @@ type planned struct {
 	sel   *elfsym.Selection // a uprobe's sites
 	usdt  []Site            // a USDT probe's sites, built already
 	// offs are where the kernel probes each site: the Selection's offsets,
-	// or where an IFUNC's resolver gave way to its implementation (moved
-	// then says, per site, what was done); the USDT sites' offsets.
-	offs  []uint64
-	moved []string
+	// or those of ifuncs, its sites with each IFUNC's resolver given way
+	// to its implementation; the USDT sites' offsets.
+	offs   []uint64
+	ifuncs []elfsym.Site
 	// rets are, for a uretprobe spec on a Go program, each site's return
 	// instructions, which entry probes stand for the kernel's return
 	// probe at (see Site.Returns).
@@ -224,7 +224,11 @@ func (r *resolver) resolve(p *Probe) (planned, error) {
 		return planned{}, err
 	}
 	if pp.sel.HasIFunc() && !pl.opts.IFuncResolvers {
-		pp.offs, pp.moved = ifunc.Sites(of.f, pp.sel.Sites())
+		pp.ifuncs = ifunc.Sites(of.f, pp.sel.Sites())
+		pp.offs = make([]uint64, len(pp.ifuncs))
+		for k, s := range pp.ifuncs {
+			pp.offs[k] = s.Offset
+		}
 	} else {
 		pp.offs = pp.sel.Offsets()
 	}
@@ -395,7 +399,10 @@ func (pl *Plan) build() []Site {
 			continue
 		}
 		if r.probe != last {
-			syms, last = pp.sel.Sites(), r.probe
+			syms, last = pp.ifuncs, r.probe
+			if syms == nil {
+				syms = pp.sel.Sites()
+			}
 		}
 		// Field by field: copying a whole Site in would go through
 		// typedmemmove, which while the GC marks is slow and cannot be
@@ -407,10 +414,7 @@ func (pl *Plan) build() []Site {
 		if pp.rets != nil {
 			s.Returns = pp.rets[r.k]
 		}
-		s.Moved = sym.Moved
-		if pp.moved != nil {
-			s.Offset, s.Moved = pp.offs[r.k], pp.moved[r.k]
-		}
+		s.Moved, s.Note = sym.Moved, sym.Note
 	}
 	return sites
 }

@@ -130,8 +130,8 @@ func checkOffsets(t *testing.T, path string, sites []Site) {
 		if s.SymbolOffset != want {
 			t.Errorf("%s: site %s: symbol offset %#x, section %s says %#x", path, s.Name, s.SymbolOffset, sec.Name, want)
 		}
-		if moved := s.Offset - s.SymbolOffset; (s.Moved == "") != (moved == 0) || moved > goEntryWindow {
-			t.Errorf("%s: site %s: offset %#x, symbol at %#x, moved %q", path, s.Name, s.Offset, s.SymbolOffset, s.Moved)
+		if moved := s.Offset - s.SymbolOffset; (s.Moved == NotMoved) != (moved == 0) || moved > goEntryWindow {
+			t.Errorf("%s: site %s: offset %#x, symbol at %#x, moved %v", path, s.Name, s.Offset, s.SymbolOffset, s.Moved)
 		}
 		if s.Offset >= uint64(len(raw)) {
 			t.Errorf("%s: site %s: offset %#x past the end of the file", path, s.Name, s.Offset)

@@ -31,17 +31,51 @@ type Site struct {
 	Offset uint64
 	// SymbolOffset is the file offset of Address.
 	SymbolOffset uint64
-	// Moved says why Offset is not SymbolOffset, "" when they are equal.
-	Moved string
+	// Moved says where Offset is against SymbolOffset, and why; Note
+	// says more where there is more: the resolver's offset and the
+	// instructions stepped over for an IFUNC's implementation, why an
+	// IFUNC keeps its resolver.
+	Moved Move
+	Note  string
 }
 
-// MovedGoStackCheck is Site.Moved for a Go function probed after its
-// stack check: runtime.morestack runs a function again from its first
-// instruction when its stack grows, so a probe there would count that call
-// twice. The arguments are still in their registers there (ABIInternal:
-// RAX, RBX, RCX, RDI, RSI, R8-R11 on x86-64). On arm64 functions keep
-// their symbols' addresses for now: see goEntry.
-const MovedGoStackCheck = "after the Go stack check"
+// A Move says where a site's Offset is against its symbol's address.
+type Move uint8
+
+const (
+	// NotMoved: the site is at its symbol.
+	NotMoved Move = iota
+	// MovedGoStackCheck: a Go function probed after its stack check:
+	// runtime.morestack runs a function again from its first instruction
+	// when its stack grows, so a probe there would count that call twice.
+	// The arguments are still in their registers there (ABIInternal).
+	MovedGoStackCheck
+	// MovedIFunc: an IFUNC symbol probed at the implementation that this
+	// machine's loader selects, not at its resolver, which runs once per
+	// process (package ifunc).
+	MovedIFunc
+	// KeptIFuncResolver: an IFUNC symbol whose implementation could not be
+	// found, probed at its resolver; Note says why.
+	KeptIFuncResolver
+)
+
+// String says where the site is, as list prints it.
+func (m Move) String() string {
+	switch m {
+	case NotMoved:
+		return "at its symbol"
+	case MovedGoStackCheck:
+		return "after the Go stack check"
+	case MovedIFunc:
+		return "the IFUNC's implementation on this machine"
+	case KeptIFuncResolver:
+		return "the IFUNC's resolver, kept"
+	}
+	return fmt.Sprintf("Move(%d)", uint8(m))
+}
+
+// MarshalText makes a Move print by name in JSON.
+func (m Move) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
 // String returns the site as NAME@OFFSET.
 func (s Site) String() string {

@@ -790,10 +790,10 @@ func TestGoEntries(t *testing.T) {
 					// frame, which the compiler leaves unchecked too.
 					want := MovedGoStackCheck
 					if s.Name == "main.Leaf" || s.Name == "main.Pair" {
-						want = ""
+						want = NotMoved
 					}
-					if s.Moved != want || (want != "") != (s.Offset > s.SymbolOffset) {
-						t.Errorf("%s: offset %#x, symbol %#x, moved %q; want moved %q", s.Name, s.Offset, s.SymbolOffset, s.Moved, want)
+					if s.Moved != want || (want != NotMoved) != (s.Offset > s.SymbolOffset) {
+						t.Errorf("%s: offset %#x, symbol %#x, moved %v; want moved %v", s.Name, s.Offset, s.SymbolOffset, s.Moved, want)
 					}
 				}
 				checkOffsets(t, path, sites)

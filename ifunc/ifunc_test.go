@@ -147,24 +147,25 @@ func TestSitesVDSO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	offsets, moved := sitesIn(t, libc, sites)
+	moved := sitesIn(t, libc, sites)
 	vdso := 0
 	for i, s := range sites {
-		t.Logf("%s: %s", s.Name, moved[i])
-		if strings.Contains(moved[i], "\n") {
-			t.Errorf("%s: Moved runs over lines: %q", s.Name, moved[i])
+		m := moved[i]
+		t.Logf("%s: %s (%s)", s.Name, m.Moved, m.Note)
+		if strings.Contains(m.Note, "\n") {
+			t.Errorf("%s: Note runs over lines: %q", s.Name, m.Note)
 		}
-		if !strings.HasPrefix(moved[i], ifunc.NotMoved) {
+		if m.Moved != elfsym.KeptIFuncResolver {
 			continue
 		}
-		if offsets[i] != s.Offset {
-			t.Errorf("%s: not moved, yet offset %#x, not the resolver's %#x", s.Name, offsets[i], s.Offset)
+		if m.Offset != s.Offset {
+			t.Errorf("%s: resolver kept, yet offset %#x, not the resolver's %#x", s.Name, m.Offset, s.Offset)
 		}
 		// Each says which resolver it is about, and no other.
-		if !strings.Contains(moved[i], fmt.Sprintf("resolver at %#x", s.Address)) || strings.Count(moved[i], "resolver at") != 1 {
-			t.Errorf("%s: %q, want its own resolver (%#x) named, once", s.Name, moved[i], s.Address)
+		if !strings.Contains(m.Note, fmt.Sprintf("resolver at %#x", s.Address)) || strings.Count(m.Note, "resolver at") != 1 {
+			t.Errorf("%s: %q, want its own resolver (%#x) named, once", s.Name, m.Note, s.Address)
 		}
-		if strings.Contains(moved[i], "[vdso]") {
+		if strings.Contains(m.Note, "[vdso]") {
 			vdso++
 		}
 	}
@@ -175,7 +176,7 @@ func TestSitesVDSO(t *testing.T) {
 
 // sitesIn is ifunc.Sites for the library at path, opened as multiprobe
 // opens one (confined to a process's root for a /proc/PID/root path).
-func sitesIn(t *testing.T, path string, sites []elfsym.Site) ([]uint64, []string) {
+func sitesIn(t *testing.T, path string, sites []elfsym.Site) []elfsym.Site {
 	t.Helper()
 	f, err := fds.OpenRegular(path)
 	if err != nil {
@@ -217,9 +218,9 @@ func TestSitesReadTheOpenFile(t *testing.T) {
 	if err := os.Rename(other, path); err != nil {
 		t.Fatal(err)
 	}
-	offsets, moved := ifunc.Sites(f, sites)
-	if !strings.HasPrefix(moved[0], ifunc.Moved) || offsets[0] == sites[0].Offset {
-		t.Errorf("strlen: offset %#x (resolver %#x): %s", offsets[0], sites[0].Offset, moved[0])
+	moved := ifunc.Sites(f, sites)
+	if moved[0].Moved != elfsym.MovedIFunc || moved[0].Offset == sites[0].Offset {
+		t.Errorf("strlen: offset %#x (resolver %#x): %s (%s)", moved[0].Offset, sites[0].Offset, moved[0].Moved, moved[0].Note)
 	}
 }
 

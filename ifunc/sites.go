@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,49 +12,39 @@ import (
 	"github.com/multiprobe/multiprobe/internal/fds"
 )
 
-// What Sites says of an IFUNC site, in its Moved.
-const (
-	// Moved starts Moved for an IFUNC site probed at the implementation
-	// this machine's loader selects; the resolver's offset follows.
-	Moved = "the IFUNC's implementation on this machine"
-	// NotMoved starts Moved for an IFUNC site whose implementation could
-	// not be found: the site is its resolver, which runs once per
-	// process; why follows.
-	NotMoved = "not moved"
-)
-
-// Sites returns where to probe each of sites, resolved in the shared
-// library open as f (named by f.Name()): an IFUNC site's implementation on
-// this machine (see Resolve and Entry; for a library in another process's
-// root, /proc/PID/root/..., the one process PID's loader chose, see
-// ResolveIn), any other site's Offset; and, per site, what was done, in
-// the terms of elfsym.Site.Moved (a site that is not an IFUNC keeps its
-// own). It reads f, the very file the sites were resolved in, and no
+// Sites returns a copy of sites, resolved in the shared library open as f
+// (named by f.Name()), with each IFUNC site at the implementation this
+// machine's loader selects (elfsym.MovedIFunc; see Resolve and Entry; for
+// a library in another process's root, /proc/PID/root/..., the one
+// process PID's loader chose, see ResolveIn), and the others as they
+// were. It reads f, the very file the sites were resolved in, and no
 // other that its name may lead to since. Where an implementation cannot
-// be found, the resolver stays and Moved says why: a probe that attaches
-// fewer functions than it named would be worse than one that says what it
-// probes.
-func Sites(f *os.File, sites []elfsym.Site) (offsets []uint64, moved []string) {
-	offsets, moved = make([]uint64, len(sites)), make([]string, len(sites))
+// be found, the site keeps its resolver (elfsym.KeptIFuncResolver) and its
+// Note says why: a probe that attaches fewer functions than it named would
+// be worse than one that says what it probes.
+func Sites(f *os.File, sites []elfsym.Site) []elfsym.Site {
+	out := slices.Clone(sites)
 	var idx []int
 	var resolvers []uint64
 	for i, s := range sites {
-		offsets[i], moved[i] = s.Offset, s.Moved
 		if s.Type == elf.STT_GNU_IFUNC {
 			idx = append(idx, i)
 			resolvers = append(resolvers, s.Address)
 		}
 	}
 	if len(idx) == 0 {
-		return offsets, moved
+		return out
+	}
+	keep := func(i int, why string) {
+		out[i].Moved, out[i].Note = elfsym.KeptIFuncResolver, why
 	}
 	path := f.Name()
 	ef, err := elf.NewFile(f)
 	if err != nil {
 		for _, i := range idx {
-			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: ifunc: %s: %v)", NotMoved, path, err)
+			keep(i, fmt.Sprintf("ifunc: %s: %v", path, err))
 		}
-		return offsets, moved
+		return out
 	}
 	var impls []uint64
 	var whys []error
@@ -80,19 +71,19 @@ func Sites(f *os.File, sites []elfsym.Site) (offsets []uint64, moved []string) {
 			default:
 				why = fmt.Errorf("implementation %#x is in no executable segment", impls[j])
 			}
-			moved[i] = fmt.Sprintf("%s (IFUNC resolver kept: %v)", NotMoved, why)
+			keep(i, why.Error())
 			continue
 		}
-		moved[i] = fmt.Sprintf("%s (resolver at %#x)", Moved, sites[i].Offset)
+		note := fmt.Sprintf("resolver at %#x", sites[i].Offset)
 		buf := make([]byte, EntryWindow)
 		n, _ := f.ReadAt(buf, int64(off))
 		if skip, why := Entry(ef.Machine, buf[:n]); skip > 0 {
 			off += uint64(skip)
-			moved[i] += ", " + why
+			note += ", " + why
 		}
-		offsets[i] = off
+		out[i].Offset, out[i].Moved, out[i].Note = off, elfsym.MovedIFunc, note
 	}
-	return offsets, moved
+	return out
 }
 
 // fileOffset converts a virtual address inside an executable PT_LOAD

@@ -184,7 +184,7 @@ func TestSitesInRoot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			offsets, moved := sitesIn(t, path, sites)
+			moved := sitesIn(t, path, sites)
 			base := libcBase(t, pid, libc)
 			printed := strings.Fields(line)
 			for i, name := range []string{"strlen", "strchr", "memcpy", "strstr"} {
@@ -196,14 +196,14 @@ func TestSitesInRoot(t *testing.T) {
 					if !hasName(s, name) || s.Type != elf.STT_GNU_IFUNC {
 						continue
 					}
-					t.Logf("%s: %s", name, moved[j])
+					t.Logf("%s: %s (%s)", name, moved[j].Moved, moved[j].Note)
 					// Sites may step past an instruction uprobes
 					// refuse (ifunc.Entry), by less than EntryWindow.
-					if want := addr - base; offsets[j] < want || offsets[j]-want >= ifunc.EntryWindow {
-						t.Errorf("%s: offset %#x, the container's loader chose %#x (%s)", name, offsets[j], want, moved[j])
+					if want := addr - base; moved[j].Offset < want || moved[j].Offset-want >= ifunc.EntryWindow {
+						t.Errorf("%s: offset %#x, the container's loader chose %#x (%s)", name, moved[j].Offset, want, moved[j].Note)
 					}
-					if !strings.HasPrefix(moved[j], ifunc.Moved) {
-						t.Errorf("%s: %s", name, moved[j])
+					if moved[j].Moved != elfsym.MovedIFunc {
+						t.Errorf("%s: %s (%s)", name, moved[j].Moved, moved[j].Note)
 					}
 				}
 			}
@@ -218,9 +218,9 @@ func TestSitesInRoot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			offsets, moved = sitesIn(t, path, sites)
-			if !strings.HasPrefix(moved[0], ifunc.Moved) || offsets[0] == sites[0].Offset {
-				t.Errorf("canary: offset %#x (resolver %#x): %s", offsets[0], sites[0].Offset, moved[0])
+			moved = sitesIn(t, path, sites)
+			if moved[0].Moved != elfsym.MovedIFunc || moved[0].Offset == sites[0].Offset {
+				t.Errorf("canary: offset %#x (resolver %#x): %s (%s)", moved[0].Offset, sites[0].Offset, moved[0].Moved, moved[0].Note)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Errorf("the container's library ran on the host: %s exists", marker)

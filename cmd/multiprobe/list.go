@@ -58,10 +58,12 @@ type listedSite struct {
 	Size    uint64   `json:"size"`
 	Address uint64   `json:"address"`
 	// Offset is where the probe goes; SymbolOffset where the symbol
-	// points, and Moved why they differ (a Go function's stack check).
+	// points, and Moved why they differ (a Go function's stack check, an
+	// IFUNC's implementation), with a Note where there is more to say.
 	Offset       uint64 `json:"offset"`
 	SymbolOffset uint64 `json:"symbol_offset"`
 	Moved        string `json:"moved,omitempty"`
+	Note         string `json:"note,omitempty"`
 }
 
 // A listing is what one probe, or one file of a process, selects.
@@ -244,7 +246,7 @@ func listJSON(w io.Writer, listings []listing) error {
 				Name: s.Name, Aliases: s.Aliases, Version: s.Version,
 				Bind: symBind(s), Type: symType(s),
 				Size: s.Size, Address: s.Address, Offset: s.Offset,
-				SymbolOffset: s.SymbolOffset, Moved: s.Moved,
+				SymbolOffset: s.SymbolOffset, Moved: movedName(s.Moved), Note: s.Note,
 			})
 		}
 		for _, p := range l.usdt {
@@ -349,11 +351,19 @@ func siteTable(w *bufio.Writer, sites []elfsym.Site) {
 		switch {
 		case s.Moved == elfsym.MovedGoStackCheck:
 			fmt.Fprintf(w, "  note: symbol at %#x; probed %s", s.SymbolOffset, s.Moved)
-		case s.Moved != "":
-			w.WriteString("  note: " + s.Moved)
+		case s.Moved != elfsym.NotMoved:
+			fmt.Fprintf(w, "  note: %s (%s)", s.Moved, s.Note)
 		}
 		w.WriteByte('\n')
 	}
+}
+
+// movedName is a Move as the JSON listing spells it: "" for none.
+func movedName(m elfsym.Move) string {
+	if m == elfsym.NotMoved {
+		return ""
+	}
+	return m.String()
 }
 
 func symType(s elfsym.Site) string {
@@ -389,9 +399,5 @@ func resolveSites(path string, patterns []string) ([]elfsym.Site, error) {
 	if err != nil {
 		return nil, err
 	}
-	offsets, moved := ifunc.Sites(fd, sites)
-	for i := range sites {
-		sites[i].Offset, sites[i].Moved = offsets[i], moved[i]
-	}
-	return sites, nil
+	return ifunc.Sites(fd, sites), nil
 }
