@@ -76,6 +76,15 @@ func Resolve(path string, resolvers []uint64) ([]uint64, error) {
 	if len(resolvers) == 0 {
 		return nil, nil
 	}
+	return onLibrary(path, func(f *os.File, ef *elf.File) ([]uint64, []error, error) {
+		return resolve(path, f, ef, resolvers)
+	})
+}
+
+// onLibrary opens the library at path, confined to a process's root if
+// path is in one (fds.OpenRegular), and runs fn on it: Resolve's and
+// ResolveIn's common part, with fn's reasons per resolver joined.
+func onLibrary(path string, fn func(f *os.File, ef *elf.File) ([]uint64, []error, error)) ([]uint64, error) {
 	f, err := fds.OpenRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("ifunc: %w", err)
@@ -85,7 +94,7 @@ func Resolve(path string, resolvers []uint64) ([]uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ifunc: %s: %w", path, err)
 	}
-	out, whys, err := resolve(path, f, ef, resolvers)
+	out, whys, err := fn(f, ef)
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-
-	"github.com/multiprobe/multiprobe/internal/fds"
 )
 
 // ResolveIn is Resolve for the copy of the shared library at path that
@@ -26,22 +24,9 @@ import (
 // the process's other objects have for its name, once bound. A resolver
 // found in neither gets 0, and an error says so, joined with the others.
 func ResolveIn(pid int, path string, resolvers []uint64) ([]uint64, error) {
-	// Confined to the process's root if path is in it, as every file
-	// multiprobe reads (fds.OpenRegular).
-	f, err := fds.OpenRegular(path)
-	if err != nil {
-		return nil, fmt.Errorf("ifunc: %w", err)
-	}
-	defer f.Close()
-	ef, err := elf.NewFile(f)
-	if err != nil {
-		return nil, fmt.Errorf("ifunc: %s: %w", path, err)
-	}
-	out, whys, err := resolveIn(pid, f, ef, resolvers)
-	if err != nil {
-		return nil, err
-	}
-	return out, errors.Join(whys...)
+	return onLibrary(path, func(f *os.File, ef *elf.File) ([]uint64, []error, error) {
+		return resolveIn(pid, f, ef, resolvers)
+	})
 }
 
 // resolveIn is ResolveIn for the library open as f and read as ef, with a
