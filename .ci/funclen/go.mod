@@ -1,0 +1,3 @@
+module funclen
+
+go 1.25.0
