@@ -47,6 +47,9 @@ func main() {
 	var fns []fn
 	fset := token.NewFileSet()
 	filepath.Walk(os.Args[1], func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.IsDir() && p != os.Args[1] && strings.HasPrefix(info.Name(), ".") {
+			return filepath.SkipDir // .ci, .git
+		}
 		if err != nil || info.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") || strings.Contains(p, "_bpfe") || strings.Contains(p, "/examples/") || strings.Contains(p, "/testdata/") {
 			return nil
 		}
