@@ -3,6 +3,7 @@ package maplock_test
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -34,7 +35,7 @@ func TestSharedByID(t *testing.T) {
 	select {
 	case <-locked:
 		t.Fatal("the clone's holder took the lock its map's holder has")
-	default:
+	case <-time.After(100 * time.Millisecond): // b waits, as it must
 	}
 	a.Unlock()
 	<-locked
