@@ -146,7 +146,7 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 		}
 		attachType, kind = kernelprobe.AttachTraceUprobeSession, "uprobe session"
 	case opts.Return:
-		flags = unix.BPF_F_UPROBE_MULTI_RETURN
+		flags = bpfsys.FlagUprobeMultiReturn
 	}
 	if opts.PID < 0 || int64(opts.PID) > int64(^uint32(0)>>1) {
 		return nil, fmt.Errorf("attach: PID %d: %w", opts.PID, ErrInvalidOptions)

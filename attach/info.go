@@ -60,7 +60,7 @@ func queryInfo(fd int) (LinkInfo, error) {
 	if errno := bpfsys.ObjInfo(fd, &sizes); errno != 0 {
 		return LinkInfo{}, errno
 	}
-	if sizes.Type != unix.BPF_LINK_TYPE_UPROBE_MULTI {
+	if link.Type(sizes.Type) != link.UprobeMultiType {
 		return LinkInfo{}, fmt.Errorf("link type %d is not uprobe_multi", sizes.Type)
 	}
 	n := max(int(sizes.Count), 1)
@@ -92,7 +92,7 @@ func queryInfo(fd int) (LinkInfo, error) {
 		Offsets:       offsets[:n],
 		RefCtrOffsets: refCtr[:n],
 		Cookies:       cookies[:n],
-		Return:        info.Flags&unix.BPF_F_UPROBE_MULTI_RETURN != 0,
+		Return:        info.Flags&bpfsys.FlagUprobeMultiReturn != 0,
 		PID:           info.PID,
 	}, nil
 }

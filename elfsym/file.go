@@ -432,7 +432,7 @@ func (f *File) narrow(fd int) error {
 		}
 		off := int(uintptr(unsafe.Pointer(&(*b)[0])) - base)
 		start := off &^ (page - 1)
-		m, err := unix.Mmap(fd, int64(start), off-start+len(*b), unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
+		m, err := unix.Mmap(fd, int64(start), off-start+len(*b), unix.PROT_READ, unix.MAP_PRIVATE|mapPopulate)
 		if err != nil {
 			return err
 		}

@@ -100,7 +100,7 @@ func (d *costDir) read(name string) ([]byte, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("cost cache %s: fstat: %w", full, err)
 	}
-	if err := regularCostFile(full, st.Mode); err != nil {
+	if err := regularCostFile(full, uint32(st.Mode)); err != nil {
 		return nil, err
 	}
 	if st.Size > maxCostCacheSize {
@@ -126,7 +126,7 @@ func (d *costDir) write(name string, data []byte) error {
 	var st unix.Stat_t
 	switch err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); {
 	case err == nil:
-		if err := regularCostFile(full, st.Mode); err != nil {
+		if err := regularCostFile(full, uint32(st.Mode)); err != nil {
 			return err
 		}
 	case !errors.Is(err, unix.ENOENT):

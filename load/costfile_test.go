@@ -180,8 +180,8 @@ func hasType(t *testing.T, path string, typ uint32) {
 	t.Helper()
 	var st unix.Stat_t
 	must(t, unix.Lstat(path, &st))
-	if st.Mode&unix.S_IFMT != typ {
-		t.Errorf("%s is now a %s", path, fileType(st.Mode))
+	if uint32(st.Mode)&unix.S_IFMT != typ {
+		t.Errorf("%s is now a %s", path, fileType(uint32(st.Mode)))
 	}
 }
 

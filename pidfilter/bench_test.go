@@ -5,11 +5,11 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/pidfilter"
 	"github.com/multiprobe/multiprobe/probetest"
-	"golang.org/x/sys/unix"
 )
 
 // BenchmarkPIDFilter measures what the injected filter costs per program
@@ -22,7 +22,7 @@ import (
 //	go test -run '^$' -bench PIDFilter -count 6 ./pidfilter
 func BenchmarkPIDFilter(b *testing.B) {
 	probetest.RequireBPF(b)
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	stats, err := ebpf.EnableStats(bpfsys.StatsRunTime)
 	if err != nil {
 		probetest.Unavailable(b, "BPF run-time statistics: %v", err)
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
-	"golang.org/x/sys/unix"
 
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/probetest"
 )
@@ -56,7 +56,7 @@ func measure(t *testing.T, loops, n uint32) (Cost, ebpf.ProgramStats) {
 	if m.Function() != "hot" {
 		t.Errorf("meter attached to %q, want hot", m.Function())
 	}
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	stats, err := ebpf.EnableStats(bpfsys.StatsRunTime)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestMeterWhileRunning(t *testing.T) {
 	testutil.SkipOnMTTCG(t) // it patches the program as it runs
 	prog := loadHotProgram(t, 200)
 	probetest.CheckLeaks(t, prog)
-	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	stats, err := ebpf.EnableStats(bpfsys.StatsRunTime)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/hostarch"
 	"github.com/multiprobe/multiprobe/internal/stopped"
 	"github.com/multiprobe/multiprobe/usdt"
@@ -189,7 +190,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		defer stop()
 	}
 	if f.stats {
-		statsOff, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+		statsOff, err := ebpf.EnableStats(bpfsys.StatsRunTime)
 		if err != nil {
 			return fmt.Errorf("--stats: enabling BPF run-time statistics: %w", err)
 		}
@@ -478,7 +479,7 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 // through a pidfd (Linux 5.3+), or by polling where there is none.
 func processExit(pid int) <-chan struct{} {
 	done := make(chan struct{})
-	fd, err := unix.PidfdOpen(pid, 0)
+	fd, err := pidfdOpen(pid)
 	go func() {
 		if err == nil {
 			defer unix.Close(fd)

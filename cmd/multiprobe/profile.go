@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/profile"
@@ -269,7 +268,7 @@ func startProfile(prog *ebpf.Program, copies []*ebpf.Program, freq int) (*runnin
 	if len(copies) > 0 {
 		p.progs = copies
 	}
-	if p.stats, err = ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME)); err != nil {
+	if p.stats, err = ebpf.EnableStats(bpfsys.StatsRunTime); err != nil {
 		p.stats = nil // counted where they were on already, else not
 	}
 	for _, q := range p.progs {

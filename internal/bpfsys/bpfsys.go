@@ -7,6 +7,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The bpf(2) commands used here (include/uapi/linux/bpf.h), as numbers so
+// that the package builds where golang.org/x/sys/unix has no BPF names.
+const (
+	cmdObjGetInfoByFD = 15
+	cmdLinkCreate     = 28
+)
+
+// Flags and values of the same header, for the same reason.
+const (
+	// FlagUprobeMultiReturn is BPF_F_UPROBE_MULTI_RETURN: the link's
+	// probes are return probes.
+	FlagUprobeMultiReturn = 1
+	// StatsRunTime is BPF_STATS_RUN_TIME, for ebpf.EnableStats.
+	StatsRunTime = 0
+)
+
 // uprobeMultiAttr is the uprobe_multi variant of the kernel's
 // bpf_attr.link_create (include/uapi/linux/bpf.h).
 type uprobeMultiAttr struct {
@@ -55,7 +71,7 @@ func LinkCreateUprobeMulti(l UprobeMulti) (int, unix.Errno) {
 		multiFlags:    l.Flags,
 		pid:           l.PID,
 	}
-	fd, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_LINK_CREATE, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	fd, errno := bpf(cmdLinkCreate, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
 	runtime.KeepAlive(path)
 	runtime.KeepAlive(l.Offsets)
 	runtime.KeepAlive(l.RefCtrOffsets)
@@ -94,7 +110,7 @@ type objInfoAttr struct {
 // Go memory (with Ptr) to receive the arrays; the caller keeps it alive.
 func ObjInfo(fd int, info *UprobeMultiInfo) unix.Errno {
 	attr := objInfoAttr{fd: uint32(fd), infoLen: uint32(unsafe.Sizeof(*info)), info: uint64(uintptr(unsafe.Pointer(info)))}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, unix.BPF_OBJ_GET_INFO_BY_FD, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	_, errno := bpf(cmdObjGetInfoByFD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
 	runtime.KeepAlive(info)
 	return errno
 }

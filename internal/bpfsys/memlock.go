@@ -37,8 +37,7 @@ func RaiseMemlock() error {
 		if !chargesMemlock(unix.ByteSliceToString(uts.Release[:])) {
 			return
 		}
-		inf := unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}
-		if err := unix.Prlimit(0, unix.RLIMIT_MEMLOCK, &inf, nil); err != nil {
+		if err := unlimitMemlock(); err != nil {
 			memlockErr = fmt.Errorf("raise RLIMIT_MEMLOCK (BPF memory counts against it before Linux 5.11): %w", err)
 		}
 	})

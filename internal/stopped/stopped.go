@@ -11,8 +11,6 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // A Process is a command started by [Start], stopped at its first
@@ -40,23 +38,8 @@ type Process struct {
 // Start needs CAP_SYS_PTRACE, which root has; it sets cmd.SysProcAttr's
 // Ptrace and Pdeathsig, and keeps the rest.
 func Start(cmd *exec.Cmd) (*Process, error) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Ptrace = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	runtime.LockOSThread()
-	if err := cmd.Start(); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("starting %s: %w", cmd.Path, err)
-	}
-	pid := cmd.Process.Pid
-	var ws unix.WaitStatus
-	if _, err := unix.Wait4(pid, &ws, 0, nil); err != nil || !ws.Stopped() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("starting %s: it did not stop after exec (status %v): %v", cmd.Path, ws, err)
+	if err := startTraced(cmd); err != nil {
+		return nil, err
 	}
 	return &Process{Cmd: cmd, done: make(chan struct{})}, nil
 }
@@ -72,7 +55,7 @@ func (p *Process) Resume() error {
 	if p.resumed {
 		return fmt.Errorf("%s: resumed already", p.Cmd.Path)
 	}
-	err := unix.PtraceDetach(p.PID())
+	err := detach(p.PID())
 	p.resumed = true
 	runtime.UnlockOSThread()
 	if err != nil {
@@ -114,7 +97,7 @@ func (p *Process) Kill() {
 	p.Cmd.Process.Kill()
 	if !p.resumed {
 		p.resumed = true
-		unix.PtraceDetach(p.PID())
+		detach(p.PID())
 		runtime.UnlockOSThread()
 		go p.wait()
 	}
