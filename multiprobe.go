@@ -59,12 +59,20 @@ type Site struct {
 // for the pattern: "uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc",
 // "usdt:/usr/bin/python3:python:line".
 func (s Site) String() string {
-	kind := "uprobe"
-	if s.Probe != nil {
-		kind = s.Probe.Kind.String()
-	}
-	return kind + ":" + s.Path + ":" + s.Name
+	return s.ProbeKind() + ":" + s.Path + ":" + s.Name
 }
+
+// ProbeKind is the kind of the site's probe ("uprobe", "uretprobe",
+// "usdt"), as package probetest reads it.
+func (s Site) ProbeKind() string {
+	if s.Probe == nil {
+		return "uprobe"
+	}
+	return s.Probe.Kind.String()
+}
+
+// SiteName is s.Name, as package probetest reads it.
+func (s Site) SiteName() string { return s.Name }
 
 // Options are given once, to Resolve, and hold for the plan's Prepare and
 // Attach. A nil *Options is the zero value.

@@ -10,7 +10,7 @@ import (
 )
 
 // CheckCounts compares the counts a BPF program kept per site with want,
-// and fails tb with a line for each site that differs, "-want +got".
+// and fails tb with a "-want" and a "+got" line for each site that differs.
 //
 // counts is an array (or per-CPU array) map of 64-bit counters indexed by
 // the cookie multiprobe gives each site (its index in sites, from
@@ -20,14 +20,16 @@ import (
 //	__u64 *n = bpf_map_lookup_elem(&counts, &key);
 //	if (n) __sync_fetch_and_add(n, 1);
 //
-// keeps them. sites are a multiprobe.Plan's or Link's Sites, whose String
-// is "KIND:PATH:NAME" (any fmt.Stringer that names sites so will do: the
-// type parameter keeps this package below multiprobe's). want is keyed as
+// keeps them. sites are a multiprobe.Plan's or Link's Sites (any [Site]
+// will do: the type parameter keeps this package below multiprobe's, whose
+// own tests use it). want is keyed as
 // [ReadCounts] keys: by site name ("malloc", "python:line"), and by kind
 // and name ("uretprobe:malloc") only for a name that sites of two kinds
 // share. A site that want does not name must have 0: a count under the
-// wrong cookie shows.
-func CheckCounts[S fmt.Stringer](tb testing.TB, sites []S, counts *ebpf.Map, want map[string]uint64) {
+// wrong cookie shows. The report has a "-" line with want's count and a
+// "+" line with the count read for each key that differs, as go-cmp's
+// diffs do.
+func CheckCounts[S Site](tb testing.TB, sites []S, counts *ebpf.Map, want map[string]uint64) {
 	tb.Helper()
 	got, err := ReadCounts(sites, counts)
 	if err != nil {
@@ -43,7 +45,7 @@ func CheckCounts[S fmt.Stringer](tb testing.TB, sites []S, counts *ebpf.Map, wan
 // ("uprobe:malloc", "uretprobe:malloc") for a name that sites of two kinds
 // share: the keys CheckCounts takes. Sites of one key (a USDT probe's, or
 // one function in several files) are summed. The cookie of sites[i] is i.
-func ReadCounts[S fmt.Stringer](sites []S, counts *ebpf.Map) (map[string]uint64, error) {
+func ReadCounts[S Site](sites []S, counts *ebpf.Map) (map[string]uint64, error) {
 	perCPU := counts.Type() == ebpf.PerCPUArray
 	if t := counts.Type(); t != ebpf.Array && !perCPU || counts.ValueSize() != 8 {
 		return nil, errorf("counts map %v: want an array or per-CPU array of 64-bit values, not a %v of %d-byte values", counts, t, counts.ValueSize())
@@ -71,9 +73,22 @@ func ReadCounts[S fmt.Stringer](sites []S, counts *ebpf.Map) (map[string]uint64,
 	return got, nil
 }
 
+// A Site is what CheckCounts and ReadCounts read of a probed site:
+// multiprobe.Site is one.
+type Site interface {
+	// ProbeKind is the kind of the site's probe: "uprobe", "uretprobe" or
+	// "usdt".
+	ProbeKind() string
+	// SiteName is the function's symbol, or "provider:name" for a USDT
+	// site.
+	SiteName() string
+}
+
 // DiffCounts returns the counts of got (as ReadCounts returns them) that
-// differ from want (keyed the same way), a line each, "KEY: -WANT +GOT",
-// or "" if none do. A key of want that got lacks says which key to give.
+// differ from want (keyed the same way), in two lines each, as go-cmp
+// writes a map's difference ("-\tKEY: WANT" and "+\tKEY: GOT"), or "" if
+// none do. A key of want that got lacks is a "-" line that says which key
+// to give.
 func DiffCounts(got, want map[string]uint64) string {
 	keys := make([]string, 0, len(got)+len(want))
 	for k := range got {
@@ -89,11 +104,11 @@ func DiffCounts(got, want map[string]uint64) string {
 	for _, k := range keys {
 		g, ok := got[k]
 		if !ok {
-			fmt.Fprintf(&b, "  %s: no such site%s\n", k, keyHint(k, got))
+			fmt.Fprintf(&b, "-\t%s: %d, but there is no such site%s\n", k, want[k], keyHint(k, got))
 			continue
 		}
 		if w := want[k]; g != w {
-			fmt.Fprintf(&b, "  %s: -%d +%d\n", k, w, g)
+			fmt.Fprintf(&b, "-\t%s: %d\n+\t%s: %d\n", k, w, k, g)
 		}
 	}
 	return b.String()
@@ -124,13 +139,13 @@ func isKind(s string) bool { return s == "uprobe" || s == "uretprobe" || s == "u
 
 // siteKeys returns each site's key in ReadCounts' map: its name, or
 // KIND:NAME where sites of two kinds share the name.
-func siteKeys[S fmt.Stringer](sites []S) []string {
+func siteKeys[S Site](sites []S) []string {
 	kinds := make([]string, len(sites))
 	names := make([]string, len(sites))
 	first := map[string]string{} // name -> the first kind seen
 	shared := map[string]bool{}
 	for i, s := range sites {
-		kinds[i], names[i] = kindAndName(s.String())
+		kinds[i], names[i] = s.ProbeKind(), s.SiteName()
 		if k, ok := first[names[i]]; !ok {
 			first[names[i]] = kinds[i]
 		} else if k != kinds[i] {
@@ -143,17 +158,4 @@ func siteKeys[S fmt.Stringer](sites []S) []string {
 		}
 	}
 	return names
-}
-
-// kindAndName splits a site's "KIND:PATH:NAME" into its kind and name: a
-// USDT probe's name is its last two fields (PROVIDER:NAME), a function's
-// its last.
-func kindAndName(site string) (kind, name string) {
-	kind, rest, _ := strings.Cut(site, ":")
-	fields := strings.Split(rest, ":")
-	n := 1
-	if kind == "usdt" && len(fields) > 2 {
-		n = 2
-	}
-	return kind, strings.Join(fields[len(fields)-n:], ":")
 }

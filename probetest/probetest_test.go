@@ -148,10 +148,10 @@ func TestCheckCounts(t *testing.T) {
 	want["nope"] = 1
 	diff := probetest.DiffCounts(got, want)
 	for _, line := range []string{
-		"func_00002: -5 +4\n",
-		"func_00001: no such site (sites of 2 kinds have that name: give uprobe:func_00001 or uretprobe:func_00001)\n",
-		"uprobe:func_00000: no such site (its key is func_00000: the kind goes only before a name that two kinds share)\n",
-		"nope: no such site\n",
+		"-\tfunc_00002: 5\n+\tfunc_00002: 4\n",
+		"-\tfunc_00001: 1, but there is no such site (sites of 2 kinds have that name: give uprobe:func_00001 or uretprobe:func_00001)\n",
+		"-\tuprobe:func_00000: 1, but there is no such site (its key is func_00000: the kind goes only before a name that two kinds share)\n",
+		"-\tnope: 1, but there is no such site\n",
 	} {
 		if !strings.Contains(diff, line) {
 			t.Errorf("diff lacks %q:\n%s", line, diff)
