@@ -36,9 +36,12 @@
 // # Sites and cookies
 //
 // Resolve numbers the sites once. Its rows are the plan's sites in order:
-// the probes in the order given and, within one, by file offset; a site
-// that an earlier probe of the same file and kind selects has no row of its
-// own (attached twice, the program would run twice per call). A site's row
+// the probes in the order given and, within one, by file offset. Sites at
+// one file, kind and offset are one row, whatever reached them: a second
+// probe (a glob and an exact name), or IFUNCs whose resolvers pick one
+// implementation (memcpy and memmove). Attached twice, the program would
+// run twice per call; the row carries every name instead (Site.Names).
+// A site's row
 // index is its cookie: its index in [Plan.Sites], the BPF cookie the kernel
 // hands the program, and the key of a per-site map. Everything that needs
 // a site's number reads the rows, none counts on its own: the Sites, the

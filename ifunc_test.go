@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -126,6 +127,63 @@ func TestIFuncInRoot(t *testing.T) {
 			} else {
 				t.Logf("%s at %#x (%s): %d calls", s.Name, s.Offset, s.Moved, counts[cookie])
 			}
+		}
+	})
+}
+
+// TestIFuncAliasesCountedOnce selects memcpy and memmove together, by one
+// spec and again by a second: where their resolvers pick one
+// implementation (x86-64's glibc), that is one site with both names, so a
+// call is counted once, exactly as a second program attached to memcpy
+// alone counts it in the same run. Both attach paths.
+func TestIFuncAliasesCountedOnce(t *testing.T) {
+	const n = 3000
+	target := testprogs.IFuncTarget(t)
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		cmd := exec.Command(target, "-wait", fmt.Sprint(n))
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer stdin.Close()
+		opts := multiprobe.Options{PID: cmd.Process.Pid}
+		alone, pa := setup(t, f, opts, []string{"uprobe:libc.so.6:memcpy"})
+		both, pb := setup(t, f, opts, []string{"uprobe:libc.so.6:memcpy,memmove", "uprobe:libc.so.6:memmov?"})
+		mustAttach(t, pa[0], alone.CountEntry)
+		lb := mustAttach(t, pb[0], both.CountEntry)
+		stdin.Write([]byte("go\n"))
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		want, err := testprogs.ReadArray(alone.Counts, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sites := lb.Sites()
+		got, err := testprogs.ReadArray(both.Counts, len(sites))
+		if err != nil {
+			t.Fatal(err)
+		}
+		memcpy := pa[0].Sites()[0]
+		for i, s := range sites {
+			t.Logf("site %d: %s at %#x: %d calls", i, s.Label(), s.Offset, got[i])
+			if s.Offset != memcpy.Offset {
+				continue
+			}
+			if got[i] != want[0] || want[0] < n {
+				t.Errorf("%s: %d calls, and memcpy alone %d (want equal, at least %d)", s.Label(), got[i], want[0], n)
+			}
+			if shared := slices.Contains(s.Names, "memmove"); shared != (len(sites) == 1) {
+				t.Errorf("site at memcpy's offset %#x has names %q among %d sites", s.Offset, s.Names, len(sites))
+			}
+		}
+		if len(sites) == 2 && sites[0].Offset == sites[1].Offset || len(sites) > 2 {
+			t.Errorf("%d sites for memcpy and memmove: %v", len(sites), sites)
 		}
 	})
 }

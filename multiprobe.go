@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/multiprobe/multiprobe/attach"
 	"github.com/multiprobe/multiprobe/elfsym"
@@ -19,6 +20,13 @@ import (
 type Site struct {
 	// Name is the function's symbol, or "provider:name" for a USDT site.
 	Name string
+	// Names, where the plan's probes reach the site by more than one name,
+	// are all of them, Name first: the site of IFUNCs that resolve to one
+	// implementation (memcpy and memmove on many machines), or of one
+	// function that two specs select by different names. The site is
+	// attached once, so a call is counted once. Nil for a site of one
+	// name; the symbol's own aliases are in Symbol.Aliases.
+	Names []string
 	// Offset is the file offset the kernel probes.
 	Offset uint64
 	// Probe is the spec that selected the site, shared by all its sites.
@@ -60,6 +68,14 @@ type Site struct {
 // "usdt:/usr/bin/python3:python:line".
 func (s Site) String() string {
 	return s.ProbeKind() + ":" + s.Path + ":" + s.Name
+}
+
+// Label is the site's names joined by "/" ("memcpy/memmove"), or its Name.
+func (s Site) Label() string {
+	if len(s.Names) == 0 {
+		return s.Name
+	}
+	return strings.Join(s.Names, "/")
 }
 
 // ProbeKind is the kind of the site's probe ("uprobe", "uretprobe",

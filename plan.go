@@ -52,6 +52,10 @@ type Plan struct {
 	files    []*openFile
 	rows     []row // the sites, in cookie order
 	usdt     bool  // some probe is a USDT probe
+	// merged are, by row, the sites that a row stands for besides its
+	// own: of later probes, or of its own probe (IFUNCs that resolve to
+	// one implementation), at the same file, kind and offset.
+	merged map[int32][]row
 
 	sitesOnce sync.Once
 	sites     []Site
@@ -122,10 +126,11 @@ func (o *openFile) changed() error {
 
 // Resolve resolves probes to the sites they select, in the order of the
 // probes and, within one, of file offset, and decides with the kernel's
-// features (or opts.Features) how they will attach. A site that two probes
-// of the same kind select appears once, for the first: attached twice, its
-// program would run twice per call. The cookie of each site is its index in
-// Plan.Sites. opts may be nil.
+// features (or opts.Features) how they will attach. Sites of one file and
+// kind at one offset, which two probes or two IFUNCs reach, are one site,
+// where the first reached it, with every name in Site.Names: attached
+// twice, its program would run twice per call. The cookie of each site is
+// its index in Plan.Sites. opts may be nil.
 func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	if len(probes) == 0 {
 		return nil, fmt.Errorf("%w: no probes", ErrBadSpec)
@@ -148,7 +153,7 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 			pl.Close()
 		}
 	}()
-	r := resolver{pl: pl, syms: map[string]*elfsym.File{}, seen: map[fileKind]map[uint64]bool{}, earlier: map[fileKind]bool{}}
+	r := resolver{pl: pl, syms: map[string]*elfsym.File{}, seen: map[fileKind]map[uint64]int32{}, earlier: map[fileKind]bool{}}
 	defer r.close()
 	// Sites point at their probe: at a copy, not at the caller's slice.
 	probes = slices.Clone(probes)
@@ -169,10 +174,11 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 type resolver struct {
 	pl   *Plan
 	syms map[string]*elfsym.File // by real path: each file's symbols read once
-	// seen holds the offsets numbered already, for a file and kind that a
-	// second probe selects from; most calls have one probe per file, and
-	// hashing 100,000 offsets would cost more than resolving them.
-	seen    map[fileKind]map[uint64]bool
+	// seen holds the offsets numbered already and their rows, for a file
+	// and kind that a second probe selects from or whose sites moved to
+	// their IFUNCs' implementations; most calls have one probe per file,
+	// and hashing 100,000 offsets would cost more than resolving them.
+	seen    map[fileKind]map[uint64]int32
 	earlier map[fileKind]bool // a probe of that file and kind came before
 }
 
@@ -241,16 +247,18 @@ func (r *resolver) resolve(p *Probe) (planned, error) {
 }
 
 // number adds pp to the plan and gives a row, the next cookie, to each of
-// its sites that no earlier probe of the same file and kind has.
+// its sites whose file, kind and offset no earlier site has; a site that
+// one has is merged into that site's row (see "Sites and cookies" in the
+// package doc).
 func (r *resolver) number(pp planned) {
 	pl := r.pl
 	fk := fileKind{pp.file.real, pp.probe.Kind}
 	seen := r.seen[fk]
-	if seen == nil && r.earlier[fk] {
-		seen = map[uint64]bool{}
-		for _, row := range pl.rows {
+	if seen == nil && (r.earlier[fk] || pp.ifuncs != nil) {
+		seen = map[uint64]int32{}
+		for i, row := range pl.rows {
 			if e := &pl.probes[row.probe]; e.file.real == fk.real && e.probe.Kind == fk.kind {
-				seen[e.offs[row.k]] = true
+				seen[e.offs[row.k]] = int32(i)
 			}
 		}
 		r.seen[fk] = seen
@@ -261,10 +269,14 @@ func (r *resolver) number(pp planned) {
 	pl.rows = slices.Grow(pl.rows, len(pp.offs))
 	for k, off := range pp.offs {
 		if seen != nil {
-			if seen[off] {
+			if i, ok := seen[off]; ok {
+				if pl.merged == nil {
+					pl.merged = map[int32][]row{}
+				}
+				pl.merged[i] = append(pl.merged[i], row{probe: pi, k: int32(k)})
 				continue
 			}
-			seen[off] = true
+			seen[off] = int32(len(pl.rows))
 		}
 		pl.rows = append(pl.rows, row{probe: pi, k: int32(k)})
 	}
@@ -369,6 +381,7 @@ func cloneSites(sites []Site) []Site {
 			s.Probe = probes[p]
 		}
 		s.Returns = slices.Clone(s.Returns)
+		s.Names = slices.Clone(s.Names)
 		if s.Symbol != nil {
 			syms = append(syms, *s.Symbol)
 			c := &syms[len(syms)-1]
@@ -416,7 +429,31 @@ func (pl *Plan) build() []Site {
 		}
 		s.Moved, s.Note = sym.Moved, sym.Note
 	}
+	for i, rows := range pl.merged {
+		s := &sites[i]
+		s.Names = append(s.Names, s.Name)
+		for _, r := range rows {
+			if n := pl.rowName(r); !slices.Contains(s.Names, n) {
+				s.Names = append(s.Names, n)
+			}
+		}
+		if len(s.Names) == 1 {
+			s.Names = nil
+		}
+	}
 	return sites
+}
+
+// rowName is the name of the site of row r.
+func (pl *Plan) rowName(r row) string {
+	pp := &pl.probes[r.probe]
+	switch {
+	case pp.sel == nil:
+		return pp.usdt[r.k].Name
+	case pp.ifuncs != nil:
+		return pp.ifuncs[r.k].Name
+	}
+	return pp.sel.Sites()[r.k].Name
 }
 
 // targets groups the plan's sites of one kind by binary, with the offsets

@@ -87,3 +87,46 @@ func TestOneSiteTable(t *testing.T) {
 		t.Errorf("USDT sites numbered %v, want %v", usdtOrder, usdtSites)
 	}
 }
+
+// TestMergedNames: one site reached by several probes, by the same name
+// or by an alias's, is one row, named as the first probe named it, with
+// the other names in Names.
+func TestMergedNames(t *testing.T) {
+	target := testprogs.PrivateTarget(t, 3)
+	f := kernelprobe.Features{Release: "6.18.0", UprobeMulti: true, UprobeMultiPIDFilter: true, Cookies: true, RefCtrOffset: true, UprobePMU: true}
+	for _, tc := range []struct {
+		specs []string
+		want  [][]string // each site's Names, nil for one name; by Name
+	}{
+		{[]string{"uprobe:" + target + ":func_*", "uprobe:" + target + ":func_00001"}, [][]string{nil, nil, nil}},
+		{[]string{"uprobe:libc.so.6:fread", "uprobe:libc.so.6:_IO_fread"}, [][]string{{"fread", "_IO_fread"}}},
+		// The second probe's site is named as elfsym names a site that
+		// two patterns match: _IO_fread again.
+		{[]string{"uprobe:libc.so.6:_IO_fread", "uprobe:libc.so.6:fread,_IO_fread"}, [][]string{nil}},
+		// Another kind is another site.
+		{[]string{"uprobe:libc.so.6:fread", "uretprobe:libc.so.6:_IO_fread"}, [][]string{nil, nil}},
+	} {
+		pl, err := Resolve(mustParseProbes(t, tc.specs...), &Options{Features: &f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sites := pl.Sites()
+		pl.Close()
+		var got [][]string
+		for _, s := range sites {
+			got = append(got, s.Names)
+		}
+		if !slices.EqualFunc(got, tc.want, slices.Equal) {
+			t.Errorf("%q: names %q, want %q", tc.specs, got, tc.want)
+		}
+	}
+}
+
+func mustParseProbes(t *testing.T, specs ...string) []Probe {
+	t.Helper()
+	probes, err := ParseProbes(specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return probes
+}

@@ -299,7 +299,7 @@ func (c *counter) report(sites []multiprobe.Site, top int) (countReport, error) 
 			usdtRow[key] = len(report.Counts)
 		}
 		report.Counts = append(report.Counts, countedSite{
-			Probe: probeIndex[s.Probe], Kind: s.Probe.Kind.String(), Function: s.Name, Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
+			Probe: probeIndex[s.Probe], Kind: s.Probe.Kind.String(), Function: s.Label(), Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
 		})
 	}
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {

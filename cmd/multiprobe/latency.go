@@ -316,7 +316,7 @@ func (lt *latencyTimer) report(plan *multiprobe.Plan, elapsed time.Duration) (la
 		}
 		r.Called++
 		r.Latencies = append(r.Latencies, latencyFunction{
-			Probe: probeIndex[s.Probe], Function: s.Name, Path: s.Path, Offset: s.Offset,
+			Probe: probeIndex[s.Probe], Function: s.Label(), Path: s.Path, Offset: s.Offset,
 			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(&h),
 		})
 	}

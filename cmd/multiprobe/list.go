@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -399,5 +400,25 @@ func resolveSites(path string, patterns []string) ([]elfsym.Site, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ifunc.Sites(fd, sites), nil
+	return mergeSameOffset(ifunc.Sites(fd, sites)), nil
+}
+
+// mergeSameOffset makes the sites at one offset one row, as a plan makes
+// them one site: IFUNCs whose resolvers pick one implementation (memcpy
+// and memmove on many machines). The first keeps its name, and the
+// others' names are its aliases.
+func mergeSameOffset(sites []elfsym.Site) []elfsym.Site {
+	first := make(map[uint64]int, len(sites))
+	out := sites[:0]
+	for _, s := range sites {
+		if i, ok := first[s.Offset]; ok {
+			// Clipped: the aliases may share an array with the input's.
+			out[i].Aliases = append(slices.Clip(out[i].Aliases), s.Name)
+			out[i].Aliases = append(out[i].Aliases, s.Aliases...)
+			continue
+		}
+		first[s.Offset] = len(out)
+		out = append(out, s)
+	}
+	return out
 }
