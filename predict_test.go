@@ -1,0 +1,209 @@
+package multiprobe_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/ifunc"
+	"github.com/multiprobe/multiprobe/internal/hostarch"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
+	"golang.org/x/sys/unix"
+)
+
+// TestPredictorAgreesWithKernel proves kernelprobe.CheckInsn against the
+// kernel on whole real libraries: for every function of each (where the
+// probe goes: IFUNCs at their implementations), the sites it accepts
+// attach together, in one uprobe_multi link with a live process that maps
+// the library as its pid filter (the kernel analyses an instruction when
+// it installs the probe in a process), and each site it refuses fails
+// alone, as the kernel refuses it. Where the big link fails, the sites
+// are bisected to name the one the predictor missed.
+func TestPredictorAgreesWithKernel(t *testing.T) {
+	probetest.RequireBPF(t)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UprobeMulti {
+		t.Skip("needs uprobe_multi links (Linux 6.6)")
+	}
+	t.Setenv("LD_PRELOAD", "")
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Kprobe, AttachType: ebpf.AttachTraceUprobeMulti, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	for _, tc := range []struct {
+		target string
+		cmd    []string // runs target, or with it preloaded when nil
+	}{
+		{"libc.so.6", nil}, {"libm.so.6", nil}, {"libz.so.1", nil}, {"libcrypto.so.3", nil}, {"libssl.so.3", nil},
+		{"libsqlite3.so.0", nil}, {"libffi.so.8", nil}, {"libstdc++.so.6", nil}, {"ld-linux-x86-64.so.2", nil},
+		{"bash", []string{"bash", "-c", "read"}},
+		{"node", []string{"node", "-e", "setTimeout(() => {}, 1e9)"}},
+		{"python3.11", []string{"python3.11", "-c", "import ssl, hashlib, sqlite3, zlib, ctypes, sys; sys.stdin.read()"}},
+	} {
+		t.Run(tc.target, func(t *testing.T) {
+			path, err := elfsym.LookPath(tc.target)
+			if err != nil {
+				if tc.target == "libc.so.6" {
+					t.Fatal(err)
+				}
+				t.Skip(err) // another machine's names (arm64's loader, no node)
+			}
+			// A process that maps the file and waits.
+			cmd := exec.Command("sleep", "1000")
+			if tc.cmd != nil {
+				cmd = exec.Command(path, tc.cmd[1:]...) // the file found, not $PATH's
+				stdin, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer stdin.Close()
+			} else if !strings.HasPrefix(tc.target, "ld-") { // sleep runs with the loader
+				cmd.Env = append(os.Environ(), "LD_PRELOAD="+path)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			waitMapped(t, cmd.Process.Pid, path)
+
+			good, bad := predict(t, path)
+			t.Logf("%s: %d sites the predictor accepts, %d it refuses", path, len(good), len(bad))
+			ex, err := link.OpenExecutable(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			attach := func(offs []uint64) error {
+				l, err := ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: offs, PID: uint32(cmd.Process.Pid)})
+				if err == nil {
+					l.Close()
+				}
+				return err
+			}
+			if err := attach(offsets(good)); err != nil {
+				t.Errorf("the sites the predictor accepts do not attach together: %v", err)
+				for _, s := range bisect(good, attach) {
+					t.Errorf("the kernel refuses %s at %#x, which the predictor accepts", s.Name, s.Offset)
+				}
+			}
+			for _, b := range bad {
+				err := attach([]uint64{b.site.Offset})
+				if err == nil {
+					t.Errorf("the kernel accepts %s at %#x, which the predictor refuses: %v", b.site.Name, b.site.Offset, b.why)
+					continue
+				}
+				if !errors.Is(err, unix.Errno(524)) && !errors.Is(err, unix.EINVAL) {
+					t.Errorf("%s at %#x: %v, want ENOTSUPP (524) or EINVAL", b.site.Name, b.site.Offset, err)
+				}
+				t.Logf("refused as predicted: %s at %#x: %v", b.site.Name, b.site.Offset, b.why)
+			}
+		})
+	}
+}
+
+type refusal struct {
+	site elfsym.Site
+	why  error
+}
+
+// predict resolves every function of path as multiprobe probes them and
+// sorts them by the predictor's verdict.
+func predict(t *testing.T, path string) (good []elfsym.Site, bad []refusal) {
+	fd, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	f, err := elfsym.OpenFile(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sites, err := f.Resolve("*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]bool{}
+	for _, s := range ifunc.Sites(fd, sites) {
+		if seen[s.Offset] {
+			continue
+		}
+		seen[s.Offset] = true
+		code := make([]byte, kernelprobe.InsnWindow)
+		n, _ := fd.ReadAt(code, int64(s.Offset))
+		if err := kernelprobe.CheckInsn(hostarch.Machine, code[:n]); err != nil {
+			bad = append(bad, refusal{s, err})
+		} else {
+			good = append(good, s)
+		}
+	}
+	return good, bad
+}
+
+func offsets(sites []elfsym.Site) []uint64 {
+	out := make([]uint64, len(sites))
+	for i, s := range sites {
+		out[i] = s.Offset
+	}
+	return out
+}
+
+// bisect returns the sites that attach refuses, halving the sets that fail.
+func bisect(sites []elfsym.Site, attach func([]uint64) error) []elfsym.Site {
+	if attach(offsets(sites)) == nil {
+		return nil
+	}
+	if len(sites) == 1 {
+		return sites
+	}
+	h := len(sites) / 2
+	return append(bisect(sites[:h], attach), bisect(sites[h:], attach)...)
+}
+
+// waitMapped waits until process pid maps path.
+func waitMapped(t *testing.T, pid int, path string) {
+	t.Helper()
+	for range 500 {
+		maps, err := elfsym.ExecutableMappings(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range maps {
+			if same, _ := sameFile(m.Path, path); same {
+				return
+			}
+		}
+		unixSleep()
+	}
+	t.Fatalf("process %d does not map %s", pid, path)
+}
+
+func sameFile(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(sa, sb), nil
+}
+
+func unixSleep() { _ = unix.Nanosleep(&unix.Timespec{Nsec: 10e6}, nil) }
+
+var _ = fmt.Sprint
