@@ -59,6 +59,9 @@ type Site struct {
 	Symbol *elfsym.Site
 	// USDT is the probe site of a USDT probe, nil for a uprobe.
 	USDT *usdt.Site
+	// LeftOut, for a site of Plan.LeftOut, says why Resolve left it out of
+	// the plan; nil for the plan's own sites.
+	LeftOut error
 
 	args *usdtArgs // a USDT site's decoded arguments
 }

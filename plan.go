@@ -91,6 +91,8 @@ type planned struct {
 	// instructions, which entry probes stand for the kernel's return
 	// probe at (see Site.Returns).
 	rets [][]uint64
+	// left are the sites, by index, that vet left out, and why.
+	left map[int32]error
 }
 
 // attachAs is the kind of link the probe's sites attach through.
@@ -243,6 +245,9 @@ func (r *resolver) resolve(p *Probe) (planned, error) {
 			return planned{}, fmt.Errorf("%w; exclude those functions ('!name'): their returns cannot be probed", err)
 		}
 	}
+	if err := vet(&pp, f); err != nil {
+		return planned{}, err
+	}
 	return pp, nil
 }
 
@@ -268,6 +273,9 @@ func (r *resolver) number(pp planned) {
 	pl.probes = append(pl.probes, pp)
 	pl.rows = slices.Grow(pl.rows, len(pp.offs))
 	for k, off := range pp.offs {
+		if pp.left[int32(k)] != nil {
+			continue
+		}
 		if seen != nil {
 			if i, ok := seen[off]; ok {
 				if pl.merged == nil {

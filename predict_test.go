@@ -1,6 +1,7 @@
 package multiprobe_test
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"os"
@@ -11,9 +12,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/hostarch"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
@@ -207,3 +210,122 @@ func sameFile(a, b string) (bool, error) {
 func unixSleep() { _ = unix.Nanosleep(&unix.Timespec{Nsec: 10e6}, nil) }
 
 var _ = fmt.Sprint
+
+// TestLeftOut: a glob leaves out the sites the kernel would refuse, each
+// with its reason, and attaches the rest to a live process; the same
+// function named exactly is an error that names it and its instruction.
+func TestLeftOut(t *testing.T) {
+	probetest.RequireBPF(t)
+	if hostarch.Machine != elf.EM_X86_64 {
+		t.Skip("pthread_spin_lock starts with lock decl on x86-64")
+	}
+	pl, err := multiprobe.Resolve(mustParse(t, "uprobe:libc.so.6:pthread_spin_*"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pl.Close()
+	left := pl.LeftOut()
+	if len(left) != 1 || left[0].Name != "pthread_spin_lock" || !errors.Is(left[0].LeftOut, kernelprobe.ErrUnprobeable) {
+		t.Fatalf("left out %v, want pthread_spin_lock, unprobeable", left)
+	}
+	for _, s := range pl.Sites() {
+		if s.Name == "pthread_spin_lock" || s.LeftOut != nil {
+			t.Errorf("site %s (%v) in the plan", s.Name, s.LeftOut)
+		}
+	}
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitMapped(t, cmd.Process.Pid, left[0].Path)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid}, []string{"uprobe:libc.so.6:*"})
+	if l, err := plans[0].Attach(c.CountEntry); err != nil {
+		t.Errorf("all of libc but what is left out, on a live process: %v", err)
+	} else {
+		l.Close()
+	}
+
+	_, err = multiprobe.Resolve(mustParse(t, "uprobe:libc.so.6:pthread_spin_lock"), nil)
+	if !errors.Is(err, kernelprobe.ErrUnprobeable) || !strings.Contains(err.Error(), "pthread_spin_lock") || !strings.Contains(err.Error(), "lock decl (%rdi)") {
+		t.Errorf("exact name: %v, want an error naming pthread_spin_lock and lock decl (%%rdi), wrapping ErrUnprobeable", err)
+	}
+}
+
+// TestReturnGlobKeepsEntryPoints attaches a return probe to every function
+// of a C program and of bash, _start among them: the entry point is left
+// out (a return probe there overwrote argc), and the programs run as
+// without probes, with every function's returns counted. Both paths; bash
+// only on uprobe_multi (its 1,700 perf-event uprobes take a minute).
+func TestReturnGlobKeepsEntryPoints(t *testing.T) {
+	const n, calls = 3, 2
+	target := testprogs.PrivateTarget(t, n)
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		for _, tc := range []struct {
+			path   string
+			args   []string
+			status int
+			out    string
+		}{
+			{target, []string{fmt.Sprint(calls)}, 0, ""},
+			{"/bin/bash", []string{"-c", "echo hi; exit 7"}, 7, "hi\n"},
+		} {
+			if tc.path != target && f.Path() != kernelprobe.PathUprobeMulti {
+				continue
+			}
+			p, err := probetest.Start(commandOutput(tc.path, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, plans := setup(t, f, multiprobe.Options{PID: p.PID()}, []string{"uretprobe:" + tc.path + ":*"})
+			var entry bool
+			for _, s := range plans[0].LeftOut() {
+				entry = entry || errors.Is(s.LeftOut, multiprobe.ErrNoReturnAddress) && s.Name == "_start"
+			}
+			if !entry {
+				t.Errorf("%s: _start not left out: %v", tc.path, plans[0].LeftOut())
+			}
+			l, err := plans[0].Attach(c.RecordReturn)
+			if err != nil {
+				p.Kill()
+				t.Fatal(err)
+			}
+			if err := p.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			status, err := p.Wait()
+			l.Close()
+			if out := p.Cmd.Stdout.(*strings.Builder).String(); status != tc.status || err != nil || tc.out != "" && out != tc.out {
+				t.Errorf("%s %q under return probes: status %d (%v), output %q; want %d, %q", tc.path, tc.args, status, err, out, tc.status, tc.out)
+			}
+			sites := l.Sites()
+			rets, err := testprogs.ReadArray(c.RetCounts, len(sites))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var total uint64
+			for i, s := range sites {
+				total += rets[i]
+				if tc.path == target && strings.HasPrefix(s.Name, "func_") {
+					if k := funcIndex(t, s.Name); rets[i] != uint64(testprogs.ExpectedCalls(k, calls)) {
+						t.Errorf("%s: %d returns, want %d", s.Name, rets[i], testprogs.ExpectedCalls(k, calls))
+					}
+				}
+			}
+			if total == 0 {
+				t.Errorf("%s: no returns counted", tc.path)
+			}
+		}
+	})
+}
+
+// commandOutput is a command whose output a strings.Builder keeps.
+func commandOutput(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.Stdout = &strings.Builder{}
+	return cmd
+}

@@ -33,6 +33,7 @@ type File struct {
 	closed  bool
 	machine elf.Machine
 	typ     elf.Type
+	entry   uint64 // the ELF header's entry point, a virtual address
 	image   elfimage.Image
 	tables  []symtab // .symtab first, then .dynsym
 	// verdef maps a version index (from .gnu.version) to its name.
@@ -212,6 +213,16 @@ func (f *File) Type() elf.Type { return f.typ }
 // into the file offset the kernel's uprobe interfaces want.
 func (f *File) FileOffset(vaddr uint64) (uint64, bool) { return f.image.Code(vaddr) }
 
+// Entry returns the file offset of the ELF entry point, where the program
+// starts (_start; the dynamic loader's own start in ld.so), or false if
+// the file has none in its code (a library's e_entry is often 0).
+func (f *File) Entry() (uint64, bool) {
+	if f.entry == 0 {
+		return 0, false
+	}
+	return f.image.Code(f.entry)
+}
+
 func newFile(name string, data []byte) (*File, error) {
 	if len(data) < 16 || !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
 		return nil, fmt.Errorf("%s: %w", name, ErrNotELF)
@@ -238,7 +249,7 @@ func newFile(name string, data []byte) (*File, error) {
 	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
 		return nil, fmt.Errorf("%s: %w: ELF type %s (want an executable or a shared object)", name, ErrUnsupported, ef.Type)
 	}
-	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, refs: 1, tune: defaultTuning}
+	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, entry: ef.Entry, refs: 1, tune: defaultTuning}
 	f.image = elfimage.Load(ef.Progs)
 	if err := f.image.Within(uint64(len(data))); err != nil {
 		// Symbols in such a segment would get offsets the kernel refuses.

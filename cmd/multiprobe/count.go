@@ -95,6 +95,59 @@ type countReport struct {
 	// Hits are the hits with their arguments, with --args.
 	Hits        []hitRecord `json:"hits,omitempty"`
 	HitsDropped uint64      `json:"hits_dropped,omitempty"`
+	// LeftOut are the sites the globs selected that cannot be probed, and
+	// why (Plan.LeftOut).
+	LeftOut []leftOutSite `json:"left_out,omitempty"`
+}
+
+// leftOutSite is a site of Plan.LeftOut.
+type leftOutSite struct {
+	Kind     string `json:"kind"`
+	Function string `json:"function"`
+	Path     string `json:"path"`
+	Offset   uint64 `json:"offset"`
+	Reason   string `json:"reason"`
+}
+
+// leftOut lists the plan's left-out sites for the report.
+func leftOut(plan *multiprobe.Plan) []leftOutSite {
+	var out []leftOutSite
+	for _, s := range plan.LeftOut() {
+		out = append(out, leftOutSite{Kind: s.ProbeKind(), Function: s.Name, Path: s.Path, Offset: s.Offset, Reason: s.LeftOut.Error()})
+	}
+	return out
+}
+
+// maxLeftOutLines is how many left-out sites count's text names; --json
+// has them all.
+const maxLeftOutLines = 5
+
+// writeLeftOut says which sites were left out and why: each, or how many
+// for each reason where there are many.
+func writeLeftOut(w io.Writer, sites []leftOutSite) {
+	if len(sites) == 0 {
+		return
+	}
+	if len(sites) <= maxLeftOutLines {
+		for _, s := range sites {
+			fmt.Fprintf(w, "left out %s:%s: %s\n", s.Kind, s.Function, s.Reason)
+		}
+		return
+	}
+	unprobeable := 0
+	for _, s := range sites {
+		if !strings.Contains(s.Reason, "return address") {
+			unprobeable++
+		}
+	}
+	var why []string
+	if unprobeable > 0 {
+		why = append(why, fmt.Sprintf("%d at an instruction the kernel will not place a uprobe at", unprobeable))
+	}
+	if n := len(sites) - unprobeable; n > 0 {
+		why = append(why, fmt.Sprintf("%d entered without a return address", n))
+	}
+	fmt.Fprintf(w, "%d sites left out: %s (--json lists them)\n", len(sites), strings.Join(why, ", "))
 }
 
 type progStats struct {
@@ -209,6 +262,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), end.elapsed
+	report.LeftOut = leftOut(plan)
 	if f.stats {
 		st := end.stats
 		ps := &progStats{Runs: st.RunCount, Runtime: st.Runtime}
@@ -335,6 +389,7 @@ func (report *countReport) writeText(w io.Writer, profileTop int) {
 	fmt.Fprintf(w, "%d %s to %d of %d %s in %v (%s)\n",
 		report.Calls, plural(int(min(report.Calls, 2)), "call", "calls"), report.Called, report.Sites, plural(report.Sites, "site", "sites"),
 		report.Duration.Round(time.Millisecond), report.Path)
+	writeLeftOut(w, report.LeftOut)
 	if s := report.Stats; s != nil {
 		fmt.Fprintf(w, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/fds"
+	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -65,6 +66,8 @@ type listedSite struct {
 	SymbolOffset uint64 `json:"symbol_offset"`
 	Moved        string `json:"moved,omitempty"`
 	Note         string `json:"note,omitempty"`
+	// LeftOut says why count leaves the site out (multiprobe.Unprobeable).
+	LeftOut string `json:"left_out,omitempty"`
 }
 
 // A listing is what one probe, or one file of a process, selects.
@@ -72,6 +75,7 @@ type listing struct {
 	kind   string // uprobe, uretprobe or usdt
 	path   string
 	sites  []elfsym.Site
+	left   []error // by site: why count would leave it out, or nil
 	usdt   []usdt.Probe
 	arch   usdt.Arch
 	filter string // for usdt: the PROVIDER:NAME pattern
@@ -184,7 +188,7 @@ func listProbe(p multiprobe.Probe, pid int) (listing, error) {
 		l.usdt, err = f.Probes(p.Patterns[0])
 		return l, err
 	}
-	l.sites, err = resolveSites(path, p.Patterns)
+	l.sites, l.left, err = resolveSites(path, p.Patterns, p.Kind)
 	return l, err
 }
 
@@ -201,7 +205,7 @@ func listProcess(pid int, patterns []string) ([]listing, error) {
 	sameRoot := elfsym.ProcessRoot(pid) == ""
 	for _, m := range maps {
 		path := mappedPath(m, sameRoot)
-		sites, err := resolveSites(path, patterns)
+		sites, left, err := resolveSites(path, patterns, multiprobe.Entry)
 		if errors.Is(err, elfsym.ErrNoMatch) {
 			continue
 		}
@@ -209,7 +213,7 @@ func listProcess(pid int, patterns []string) ([]listing, error) {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, listing{kind: multiprobe.Entry.String(), path: path, sites: sites})
+		out = append(out, listing{kind: multiprobe.Entry.String(), path: path, sites: sites, left: left})
 	}
 	if len(out) == 0 {
 		if len(errs) > 0 {
@@ -241,9 +245,10 @@ func listJSON(w io.Writer, listings []listing) error {
 		out.Path = listings[0].path
 	}
 	for _, l := range listings {
-		for _, s := range l.sites {
+		for i, s := range l.sites {
 			out.Sites = append(out.Sites, listedSite{
-				Kind: l.kind, Path: l.path,
+				LeftOut: errString(l.left[i]),
+				Kind:    l.kind, Path: l.path,
 				Name: s.Name, Aliases: s.Aliases, Version: s.Version,
 				Bind: symBind(s), Type: symType(s),
 				Size: s.Size, Address: s.Address, Offset: s.Offset,
@@ -280,7 +285,7 @@ func listTable(w io.Writer, listings []listing) error {
 		if grouped {
 			fmt.Fprintf(bw, "%s (%s):\n", l.path, l.kind)
 		}
-		siteTable(bw, l.sites)
+		siteTable(bw, l.sites, l.left)
 		sites += len(l.sites)
 		files[l.path] = true
 		if !grouped {
@@ -303,7 +308,7 @@ func listTable(w io.Writer, listings []listing) error {
 // which holds every cell of the table until it is flushed: for node's 546
 // uv_* sites that was 100 KB of cells, and 65 of the process's 470 page
 // faults.
-func siteTable(w *bufio.Writer, sites []elfsym.Site) {
+func siteTable(w *bufio.Writer, sites []elfsym.Site, left []error) {
 	const gap = 2
 	head := [4]string{"OFFSET", "SIZE", "TYPE", "BIND"}
 	var width [4]int
@@ -330,7 +335,7 @@ func siteTable(w *bufio.Writer, sites []elfsym.Site) {
 		cell(c, []byte(h))
 	}
 	w.WriteString("NAME\n")
-	for _, s := range sites {
+	for i, s := range sites {
 		num = strconv.AppendUint(append(num[:0], "0x"...), s.Offset, 16)
 		cell(0, num)
 		cell(1, strconv.AppendUint(num[:0], s.Size, 10))
@@ -355,8 +360,19 @@ func siteTable(w *bufio.Writer, sites []elfsym.Site) {
 		case s.Moved != elfsym.NotMoved:
 			fmt.Fprintf(w, "  note: %s (%s)", s.Moved, s.Note)
 		}
+		if left[i] != nil {
+			w.WriteString("  left out: " + left[i].Error())
+		}
 		w.WriteByte('\n')
 	}
+}
+
+// errString is err's message, or "" for nil.
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // movedName is a Move as the JSON listing spells it: "" for none.
@@ -384,23 +400,31 @@ func symBind(s elfsym.Site) string {
 
 // resolveSites resolves patterns in the file at path and, for each IFUNC
 // site, finds the implementation this machine's loader selects in that
-// same open file, as count would probe it (ifunc.Sites).
-func resolveSites(path string, patterns []string) ([]elfsym.Site, error) {
+// same open file, as count would probe it (ifunc.Sites). A site that a
+// probe of kind cannot go at says why in its note, as count leaves it out
+// (multiprobe.Unprobeable): left holds why, by site.
+func resolveSites(path string, patterns []string, kind multiprobe.Kind) (sites []elfsym.Site, left []error, err error) {
 	fd, err := fds.OpenRegular(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer fd.Close()
 	f, err := elfsym.OpenFile(fd)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	sites, err := f.Resolve(patterns...)
-	if err != nil {
-		return nil, err
+	if sites, err = f.Resolve(patterns...); err != nil {
+		return nil, nil, err
 	}
-	return mergeSameOffset(ifunc.Sites(fd, sites)), nil
+	sites = mergeSameOffset(ifunc.Sites(fd, sites))
+	left = make([]error, len(sites))
+	code := make([]byte, kernelprobe.InsnWindow)
+	for i, s := range sites {
+		n, _ := fd.ReadAt(code, int64(s.Offset))
+		left[i] = multiprobe.Unprobeable(kind, f, s, code[:n])
+	}
+	return sites, left, nil
 }
 
 // mergeSameOffset makes the sites at one offset one row, as a plan makes
