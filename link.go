@@ -43,6 +43,22 @@ type Link struct {
 	pids   []int             // what l holds in filter
 }
 
+// refusal explains an attach error: where the kernel refused an
+// instruction (kernelprobe.ErrUnprobeable) that Resolve's check accepted,
+// because a file changed since Resolve read it (ErrFileChanged), or
+// because the check did not know the kernel's rule.
+func (pl *Plan) refusal(err error) error {
+	if !errors.Is(err, kernelprobe.ErrUnprobeable) {
+		return err
+	}
+	for _, of := range pl.files {
+		if cerr := of.changed(); cerr != nil {
+			return fmt.Errorf("%w: resolve again: %w", cerr, err)
+		}
+	}
+	return fmt.Errorf("%w (multiprobe's check of the kernel's rules let it through: please report the site to multiprobe's issues, and leave it out with '!name')", err)
+}
+
 // Attach attaches prog to every site of the plan, all or nothing: on error,
 // nothing stays attached. prog must be a kprobe-type program loaded from a
 // spec that went through this plan's Prepare (or another plan's with the
@@ -113,7 +129,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 				Features: &pl.features,
 			})
 			if err != nil {
-				return nil, err
+				return nil, pl.refusal(err)
 			}
 			l.links = append(l.links, al)
 			continue
@@ -131,7 +147,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 		}
 		fl, err := fallback.Uprobes(single, targets, fo)
 		if err != nil {
-			return nil, err
+			return nil, pl.refusal(err)
 		}
 		l.perSite = append(l.perSite, fl)
 	}

@@ -318,7 +318,7 @@ func (pl *Plan) open(target string) (*openFile, error) {
 		}
 	}
 	// Not os.Open: a FIFO planted at the path would block it.
-	f, err := fds.OpenRegular(path)
+	f, err := fds.OpenRegular(pl.runningFile(target, path, real))
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +329,29 @@ func (pl *Plan) open(target string) (*openFile, error) {
 	}
 	pl.files = append(pl.files, of)
 	return of, nil
+}
+
+// runningFile is what to open for path, target looked up for
+// Options.PID: where path is the process's own executable, the file the
+// process runs, /proc/PID/exe. A program replaced by a rename since it
+// started (an upgrade, a build, a swap as count's command starts) runs
+// the old file, which path no longer names; probes on the new one would
+// count nothing, and say nothing.
+func (pl *Plan) runningFile(target, path, real string) string {
+	pid := pl.opts.PID
+	if pid == 0 || strings.HasPrefix(target, "/proc/") {
+		return path
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return path
+	}
+	// The kernel names an executable unlinked since as "PATH (deleted)".
+	exe = pl.lookupRoot(target) + strings.TrimSuffix(exe, " (deleted)")
+	if exe != path && exe != real {
+		return path
+	}
+	return fmt.Sprintf("/proc/%d/exe", pid)
 }
 
 // Close releases the binaries the plan holds open. Links already attached

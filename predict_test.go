@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -53,7 +54,7 @@ func TestPredictorAgreesWithKernel(t *testing.T) {
 		cmd    []string // runs target, or with it preloaded when nil
 	}{
 		{"libc.so.6", nil}, {"libm.so.6", nil}, {"libz.so.1", nil}, {"libcrypto.so.3", nil}, {"libssl.so.3", nil},
-		{"libsqlite3.so.0", nil}, {"libffi.so.8", nil}, {"libstdc++.so.6", nil}, {"ld-linux-x86-64.so.2", nil},
+		{"libsqlite3.so.0", nil}, {"libffi.so.8", nil}, {"libstdc++.so.6", nil}, {loaderName(), nil},
 		{"bash", []string{"bash", "-c", "read"}},
 		{"node", []string{"node", "-e", "setTimeout(() => {}, 1e9)"}},
 		{"python3.11", []string{"python3.11", "-c", "import ssl, hashlib, sqlite3, zlib, ctypes, sys; sys.stdin.read()"}},
@@ -116,6 +117,14 @@ func TestPredictorAgreesWithKernel(t *testing.T) {
 			}
 		})
 	}
+}
+
+// loaderName is the dynamic loader's name on this architecture.
+func loaderName() string {
+	if runtime.GOARCH == "arm64" {
+		return "ld-linux-aarch64.so.1"
+	}
+	return "ld-linux-x86-64.so.2"
 }
 
 type refusal struct {
@@ -243,7 +252,11 @@ func TestLeftOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid}, []string{"uprobe:libc.so.6:*"})
+	glob := "*"
+	if f.Path() != kernelprobe.PathUprobeMulti {
+		glob = "pthread_spin_*" // per-site perf-event uprobes take a while each
+	}
+	c, plans := setup(t, f, multiprobe.Options{PID: cmd.Process.Pid}, []string{"uprobe:libc.so.6:" + glob})
 	if l, err := plans[0].Attach(c.CountEntry); err != nil {
 		t.Errorf("all of libc but what is left out, on a live process: %v", err)
 	} else {
@@ -262,7 +275,7 @@ func TestLeftOut(t *testing.T) {
 // without probes, with every function's returns counted. Both paths; bash
 // only on uprobe_multi (its 1,700 perf-event uprobes take a minute).
 func TestReturnGlobKeepsEntryPoints(t *testing.T) {
-	const n, calls = 3, 2
+	const n, calls = 5, 2
 	target := testprogs.PrivateTarget(t, n)
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
 		for _, tc := range []struct {
@@ -328,4 +341,38 @@ func commandOutput(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.Stdout = &strings.Builder{}
 	return cmd
+}
+
+// TestReplacedExecutable starts a program stopped, replaces its file by a
+// rename (as an upgrade or a build does) and only then resolves the
+// program's path with its pid: the probes go on the file the process
+// runs, not the new one at the path, and count its calls exactly.
+func TestReplacedExecutable(t *testing.T) {
+	const n, calls = 5, 2
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		path := testprogs.PrivateTarget(t, n)
+		p := probetest.StartStopped(t, path, fmt.Sprint(calls))
+		// Another program at the path: more functions, at other offsets.
+		other := testprogs.PrivateTarget(t, 20)
+		if err := os.Rename(other, path); err != nil {
+			t.Fatal(err)
+		}
+		c, plans := setup(t, f, multiprobe.Options{PID: p.PID()}, []string{"uprobe:" + path + ":func_*"})
+		l := mustAttach(t, plans[0], c.CountEntry)
+		if err := p.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		if status, err := p.Wait(); status != 0 || err != nil {
+			t.Fatalf("status %d, %v", status, err)
+		}
+		sites := l.Sites()
+		if len(sites) != n {
+			t.Fatalf("%d sites, want the running program's %d", len(sites), n)
+		}
+		want := map[string]uint64{}
+		for i := range n {
+			want[testprogs.FuncName(i)] = uint64(testprogs.ExpectedCalls(i, calls))
+		}
+		probetest.CheckCounts(t, sites, c.Counts, want)
+	})
 }

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/target"
@@ -183,6 +185,9 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 			fd, errno := bpfsys.LinkCreateUprobeMulti(req)
 			if errno != 0 {
 				err := explain(errno, kind, t, target.Of(ti, len(ts)), first, end, opts.PID)
+				if errno == errENOTSUPP {
+					err = fmt.Errorf("%w%s", err, nameRefused(req, t, first))
+				}
 				if cerr := l.Close(); cerr != nil {
 					err = errors.Join(err, fmt.Errorf("attach: closing the links already made: %w", cerr))
 				}
@@ -229,6 +234,55 @@ func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
 // no name for it.
 const errENOTSUPP = unix.Errno(524)
 
+// nameRefused finds which of req's sites the kernel refuses, by halving
+// them into links of a program that does nothing, each closed at once,
+// and names them ("; refused: #12 (offset 0x8ff70), ..."): the failed link
+// said only that one was. first is the index of req's first site in its
+// target. The sites that multiprobe resolves were checked with
+// kernelprobe.CheckInsn, so a site found here is one it did not predict,
+// or the file changed since.
+func nameRefused(req bpfsys.UprobeMulti, t *Target, first int) string {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Kprobe, AttachType: ebpf.AttachType(req.AttachType), License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	})
+	if err != nil {
+		return ""
+	}
+	defer prog.Close()
+	req.ProgFD = prog.FD()
+	var found []string
+	var halve func(lo, hi int)
+	halve = func(lo, hi int) {
+		if len(found) >= 10 {
+			return
+		}
+		r := req
+		r.Offsets = req.Offsets[lo:hi]
+		r.Cookies = nil
+		if req.RefCtrOffsets != nil {
+			r.RefCtrOffsets = req.RefCtrOffsets[lo:hi]
+		}
+		fd, errno := bpfsys.LinkCreateUprobeMulti(r)
+		switch {
+		case errno == 0:
+			unix.Close(fd)
+		case errno != errENOTSUPP:
+		case hi-lo == 1:
+			found = append(found, target.SiteName(t, first+lo))
+		default:
+			mid := (lo + hi) / 2
+			halve(lo, mid)
+			halve(mid, hi)
+		}
+	}
+	halve(0, len(req.Offsets))
+	if len(found) == 0 {
+		return ""
+	}
+	return "; refused: " + strings.Join(found, ", ")
+}
+
 // explain turns the kernel's errno for a failed link into an error that
 // names the binary and says what to do.
 func explain(errno unix.Errno, kind string, t *Target, which string, first, end, pid int) error {
@@ -249,8 +303,8 @@ func explain(errno unix.Errno, kind string, t *Target, which string, first, end,
 		return fmt.Errorf("%s: the kernel refused a site (offset not at an instruction boundary, "+
 			"or a ref-counter offset different from the one already registered at that offset): %w", where, errno)
 	case errENOTSUPP:
-		return fmt.Errorf("%s: the kernel cannot place a uprobe at a site (ENOTSUPP, errno 524: an instruction it cannot "+
-			"single-step or emulate there, as when the file changed since its offsets were resolved): resolve the sites again: %w", where, errno)
+		return fmt.Errorf("%s: the kernel will not place a uprobe at an instruction there (ENOTSUPP, errno 524): %w: %w",
+			where, kernelprobe.ErrUnprobeable, errno)
 	}
 	return explainCommon(where, errno, pid)
 }

@@ -7,12 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -469,5 +472,47 @@ func TestFailuresLeaveNothing(t *testing.T) {
 func TestNotKprobe(t *testing.T) {
 	if _, err := UprobeMulti(nil, nil, nil); !errors.Is(err, ErrWrongProgram) {
 		t.Errorf("nil program: %v", err)
+	}
+}
+
+// TestRefusedSiteNamed attaches sites of libc to a live process with one
+// that the kernel refuses among them (pthread_spin_lock, which starts with
+// a lock prefix): the link fails whole, and the error names that site, by
+// index and offset, and wraps kernelprobe.ErrUnprobeable.
+func TestRefusedSiteNamed(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("pthread_spin_lock starts with lock decl on x86-64")
+	}
+	_, _, c := setup(t, 5)
+	lib, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elfsym.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var offs []uint64
+	for _, name := range []string{"malloc", "free", "pthread_spin_lock", "pthread_spin_init"} {
+		sites, err := f.Resolve(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs = append(offs, sites[0].Offset)
+	}
+	cmd := exec.Command("sleep", "1000")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	time.Sleep(100 * time.Millisecond) // mapped libc by now
+	l, err := UprobeMulti(c.CountEntry, []Target{{Path: lib, Offsets: offs}}, &Options{PID: cmd.Process.Pid})
+	if err == nil {
+		l.Close()
+		t.Fatal("attached an instruction with a lock prefix")
+	}
+	if want := fmt.Sprintf("refused: #2 (offset %#x)", offs[2]); !errors.Is(err, kernelprobe.ErrUnprobeable) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v\nwant it to wrap ErrUnprobeable and say %q", err, want)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // raises an exception, or is an exclusive load or store (whose monitor the
 // step's exception clears); of those, the kernel simulates the plain
 // branches, adr and adrp, and the literal loads, and refuses the rest:
-// system register writes, reads other than of DAIF, exception generation
+// system register writes, reads of DAIF, exception generation
 // (svc, brk, ...), hints other than nop, BTI and pointer signing, the
 // authenticated branches (braa, retaa, ...), prfm of a literal, and
 // exclusive loads and stores. The kernel refuses with EINVAL.
@@ -58,7 +58,7 @@ var arm64SteppableHints = map[uint32]bool{
 	0x340: true, 0x360: true, 0x400: true, 0x440: true, 0x480: true, 0x4c0: true,
 }
 
-// arm64DAIF is the system register MRS may read in a step.
+// arm64DAIF is the one system register MRS may not read in a step.
 const arm64DAIF = 0xda11
 
 func checkARM64(code []byte) error {
@@ -93,8 +93,10 @@ func arm64Refusal(insn uint32) string {
 		case arm64Eret.is(insn), arm64EretAuth.is(insn):
 			return "an exception return"
 		case arm64MRS.is(insn):
-			if insn&0x1fffe0>>5 != arm64DAIF {
-				return "a system register read"
+			// Any system register reads right in a step but DAIF,
+			// whose interrupt masks the step itself changes.
+			if insn&0x1fffe0>>5 == arm64DAIF {
+				return "a read of DAIF"
 			}
 		case arm64Hint.is(insn):
 			if !arm64SteppableHints[insn&0xfe0] {
