@@ -13,6 +13,8 @@ require (
 	golang.org/x/arch v0.30.0
 )
 
+require github.com/ulikunitz/xz v0.5.17
+
 require (
 	github.com/rogpeppe/go-internal v1.14.1
 	golang.org/x/tools v0.40.1-0.20260108161641-ca281cf95054 // indirect

@@ -108,6 +108,10 @@ type Options struct {
 	// PID, if set), through each Link's own in-BPF filter. A Link's set can
 	// be changed while attached with Link.SetPIDs.
 	PIDs []int
+	// DebugDirs are where a stripped binary's separate debug file, whose
+	// symbols complete its own, is looked for (see elfsym.OpenFileOptions):
+	// nil means /usr/lib/debug, an empty non-nil slice nowhere.
+	DebugDirs []string
 	// Features, if not nil, replaces kernelprobe.Detect(): tests use it to
 	// force a path.
 	Features *kernelprobe.Features

@@ -146,6 +146,7 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	if opts != nil {
 		pl.opts = *opts
 		pl.opts.PIDs = slices.Clone(opts.PIDs)
+		pl.opts.DebugDirs = slices.Clone(opts.DebugDirs)
 	}
 	if err := pl.setup(); err != nil {
 		return nil, err
@@ -220,7 +221,7 @@ func (r *resolver) resolve(p *Probe) (planned, error) {
 	}
 	f := r.syms[of.real]
 	if f == nil {
-		if f, err = elfsym.OpenFile(of.f); err != nil {
+		if f, err = elfsym.OpenFileOptions(of.f, &elfsym.Options{DebugDirs: pl.opts.DebugDirs}); err != nil {
 			return planned{}, err
 		}
 		r.syms[of.real] = f

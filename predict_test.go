@@ -376,3 +376,102 @@ func TestReplacedExecutable(t *testing.T) {
 		probetest.CheckCounts(t, sites, c.Counts, want)
 	})
 }
+
+// TestDebugSymbolCounted counts libc's _int_malloc, a local function only
+// libc6-dbg's debug file names, in one run of ls, and as a reference at
+// the offset debug/elf computes from the debug file's symbol through a
+// perf-event uprobe of cilium/ebpf's: the same count, more than none.
+func TestDebugSymbolCounted(t *testing.T) {
+	probetest.RequireBPF(t)
+	lib, err := elfsym.LookPath("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elfsym.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	debug := f.DebugFile()
+	f.Close()
+	if debug == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no debug file for libc: is libc6-dbg installed?")
+		}
+		t.Skip("no debug file for libc (install libc6-dbg)")
+	}
+	off := symbolOffset(t, lib, debug, "_int_malloc")
+	feat, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := probetest.StartStopped(t, "ls", "-l", "/usr/bin")
+	c, plans := setup(t, feat, multiprobe.Options{PID: p.PID()}, []string{"uprobe:libc.so.6:_int_malloc"})
+	mustAttach(t, plans[0], c.CountEntry)
+	if s := plans[0].Sites(); len(s) != 1 || s[0].Offset != off {
+		t.Fatalf("sites %v, want _int_malloc at %#x", s, off)
+	}
+	ref, err := testprogs.LoadCounter(kernelprobe.PathPerfEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ref.Close()
+	ex, err := link.OpenExecutable(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl, err := ex.Uprobe("", ref.CountEntry, &link.UprobeOptions{Address: off, PID: p.PID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if status, err := p.Wait(); status != 0 || err != nil {
+		t.Fatalf("ls: %d, %v", status, err)
+	}
+	got, err := testprogs.ReadArray(c.Counts, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := testprogs.ReadArray(ref.Counts, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != want[0] || want[0] == 0 {
+		t.Errorf("_int_malloc: %d calls, the reference %d", got[0], want[0])
+	}
+	t.Logf("_int_malloc at %#x: %d calls", off, got[0])
+}
+
+// symbolOffset finds name in the debug file with debug/elf and converts
+// its address to a file offset of lib through lib's program headers.
+func symbolOffset(t *testing.T, lib, debug, name string) uint64 {
+	t.Helper()
+	d, err := elf.Open(debug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	syms, err := d.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, s := range syms {
+		if s.Name != name {
+			continue
+		}
+		for _, p := range l.Progs {
+			if p.Type == elf.PT_LOAD && s.Value >= p.Vaddr && s.Value < p.Vaddr+p.Filesz {
+				return s.Value - p.Vaddr + p.Off
+			}
+		}
+	}
+	t.Fatalf("%s: no %s", debug, name)
+	return 0
+}

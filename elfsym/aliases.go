@@ -161,7 +161,12 @@ func (r *resolver) better(a, b *hit) bool {
 	if c := cmp.Compare(len(an), len(bn)); c != 0 {
 		return c < 0
 	}
-	return bytes.Compare(an, bn) < 0
+	if c := bytes.Compare(an, bn); c != 0 {
+		return c < 0
+	}
+	// One name in .symtab and in .dynsym, as a debug file's .symtab and
+	// the library's .dynsym have it: .dynsym's has the version.
+	return r.version(a) != "" && r.version(b) == ""
 }
 
 // checkExact enforces the rule for exact names: among the definitions of

@@ -34,8 +34,15 @@ type File struct {
 	machine elf.Machine
 	typ     elf.Type
 	entry   uint64 // the ELF header's entry point, a virtual address
-	image   elfimage.Image
-	tables  []symtab // .symtab first, then .dynsym
+	// buildID, debugLink and debugCRC, and debugData point to the file's
+	// debug information; debugFile names where its symbols came from.
+	buildID   []byte
+	debugLink string
+	debugCRC  uint32
+	debugData []byte
+	debugFile string
+	image     elfimage.Image
+	tables    []symtab // .symtab first, then .dynsym
 	// verdef maps a version index (from .gnu.version) to its name.
 	verdef map[uint16]string
 	// pclntab and textAddr come from a stripped Go binary.
@@ -80,7 +87,42 @@ func Open(path string) (*File, error) {
 // it and to hand it to the kernel, resolves that very file. fd stays the
 // caller's to close, as soon as OpenFile returns if it likes: the File
 // keeps a descriptor of its own where it needs one.
+//
+// A stripped file's symbols are completed from its separate debug file, as
+// [OpenFileOptions] describes, under /usr/lib/debug.
 func OpenFile(fd *os.File) (*File, error) {
+	return OpenFileOptions(fd, nil)
+}
+
+// OpenFileOptions is OpenFile with options; opts may be nil.
+//
+// A file without a .symtab (stripped, as distributions ship binaries)
+// exports only some of its functions in .dynsym. Its other symbols are
+// read from its debug information where there is some: a .gnu_debugdata
+// section (MiniDebugInfo, as Fedora ships: an xz-compressed ELF file
+// holding a .symtab), or a separate debug file, found as GDB finds it, by
+// the file's build ID under each of opts.DebugDirs
+// (DIR/.build-id/xx/yyyy.debug, as Debian's -dbg packages install them)
+// or by the name in its .gnu_debuglink section (beside the file, in its
+// .debug directory, or under DIR at the file's own directory). A debug
+// file must match: the same build ID, or where there is none the
+// checksum .gnu_debuglink gives; a stale one fails with an error wrapping
+// ErrStaleDebugFile. The offsets still come from the file's own program
+// headers.
+func OpenFileOptions(fd *os.File, opts *Options) (*File, error) {
+	f, err := openFile(fd, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.addDebugSymbols(fd, opts); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// openFile is OpenFile without the debug file; debug says that fd is one.
+func openFile(fd *os.File, debug bool) (*File, error) {
 	path := fd.Name()
 	st, err := fd.Stat()
 	if err != nil {
@@ -102,7 +144,7 @@ func OpenFile(fd *os.File) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mmap %s: %w", path, err)
 	}
-	f, err := newFile(path, data)
+	f, err := newFile(path, data, debug)
 	if err == nil {
 		if err = f.narrow(int(fd.Fd())); err != nil {
 			err = fmt.Errorf("mmap %s: %w", path, err)
@@ -135,7 +177,7 @@ func OpenFile(fd *os.File) (*File, error) {
 // NewFile reads an ELF file held in data, named name in errors. data must
 // not change while the File is in use.
 func NewFile(name string, data []byte) (*File, error) {
-	return newFile(name, data)
+	return newFile(name, data, false)
 }
 
 // Close releases the File's mappings of the symbol tables. Sites already
@@ -223,7 +265,7 @@ func (f *File) Entry() (uint64, bool) {
 	return f.image.Code(f.entry)
 }
 
-func newFile(name string, data []byte) (*File, error) {
+func newFile(name string, data []byte, debug bool) (*File, error) {
 	if len(data) < 16 || !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
 		return nil, fmt.Errorf("%s: %w", name, ErrNotELF)
 	}
@@ -251,7 +293,13 @@ func newFile(name string, data []byte) (*File, error) {
 	}
 	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, entry: ef.Entry, refs: 1, tune: defaultTuning}
 	f.image = elfimage.Load(ef.Progs)
-	if err := f.image.Within(uint64(len(data))); err != nil {
+	if err := f.readDebugRefs(ef); err != nil {
+		return nil, err
+	}
+	// A debug file's segments are the binary's with their contents left
+	// out: only its symbol tables are read, and the binary's segments
+	// make their offsets.
+	if err := f.image.Within(uint64(len(data))); err != nil && !debug {
 		// Symbols in such a segment would get offsets the kernel refuses.
 		return nil, fmt.Errorf("%s: %w: %w", name, ErrMalformed, err)
 	}

@@ -672,6 +672,20 @@ func TestAgainstDebugELF(t *testing.T) {
 			dyn, _ := ef.DynamicSymbols()
 			add(syms, false)
 			add(dyn, true)
+			// A stripped binary's debug file (libc6-dbg's) adds its
+			// .symtab.
+			if f, err := Open(bin); err == nil {
+				if dbg := f.DebugFile(); dbg != "" {
+					d, err := elf.Open(dbg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					dsyms, _ := d.Symbols()
+					d.Close()
+					add(dsyms, false)
+				}
+				f.Close()
+			}
 
 			sites, err := Resolve(bin, "*")
 			if err != nil {
