@@ -185,7 +185,7 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 			fd, errno := bpfsys.LinkCreateUprobeMulti(req)
 			if errno != 0 {
 				err := explain(errno, kind, t, target.Of(ti, len(ts)), first, end, opts.PID)
-				if errno == errENOTSUPP {
+				if errno == errENOTSUPP || errno == unix.ENOEXEC {
 					err = fmt.Errorf("%w%s", err, nameRefused(req, t, first))
 				}
 				if cerr := l.Close(); cerr != nil {
@@ -267,7 +267,7 @@ func nameRefused(req bpfsys.UprobeMulti, t *Target, first int) string {
 		switch {
 		case errno == 0:
 			unix.Close(fd)
-		case errno != errENOTSUPP:
+		case errno != errENOTSUPP && errno != unix.ENOEXEC:
 		case hi-lo == 1:
 			found = append(found, target.SiteName(t, first+lo))
 		default:
@@ -304,6 +304,9 @@ func explain(errno unix.Errno, kind string, t *Target, which string, first, end,
 			"or a ref-counter offset different from the one already registered at that offset): %w", where, errno)
 	case errENOTSUPP:
 		return fmt.Errorf("%s: the kernel will not place a uprobe at an instruction there (ENOTSUPP, errno 524): %w: %w",
+			where, kernelprobe.ErrUnprobeable, errno)
+	case unix.ENOEXEC:
+		return fmt.Errorf("%s: the kernel's instruction decoder does not know an instruction there: %w: %w",
 			where, kernelprobe.ErrUnprobeable, errno)
 	}
 	return explainCommon(where, errno, pid)

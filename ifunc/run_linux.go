@@ -62,6 +62,10 @@ func runResolvers(path string, f *os.File, ef *elf.File, helper string, id fileI
 		unix.Kill(pid, unix.SIGKILL)
 		var ws unix.WaitStatus
 		unix.Wait4(pid, &ws, 0, nil)
+		// The Process holds a pidfd, which only Wait or Release close
+		// now: left to the garbage collector, it would close at some
+		// later moment, under a caller counting its descriptors.
+		cmd.Process.Release()
 	}()
 	if err := waitStop(pid, unix.SIGTRAP); err != nil { // the exec
 		return nil, nil, fmt.Errorf("ifunc: %s: %w", helper, err)

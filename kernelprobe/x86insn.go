@@ -21,6 +21,8 @@ import (
 //     I/O, and 0xef (vpxor) too. Refused: port I/O, int3, int1, int N,
 //     into, iret, hlt, cli, sti, and what 64-bit mode has no more.
 //   - A relative jump or call with an operand-size (0x66) prefix.
+//   - An instruction its decoder does not know (ENOEXEC rather than
+//     ENOTSUPP): among VEX-encoded ones, AMD's FMA4 and XOP.
 //
 // A legacy 0x0f escape is in the table as good, so no two- or three-byte
 // opcode is refused for its own sake.
@@ -64,13 +66,16 @@ prefixes:
 	if i < len(code) && code[i]&0xf0 == 0x40 { // REX
 		i++
 	}
-	vex := ""
+	vex, vexMap := "", byte(1)
 	switch {
 	case i >= len(code):
 		return refuse("it does not decode")
 	case code[i] == 0xc5: // two-byte VEX: c5, one byte of fields, the opcode
 		vex, i = "VEX", i+2
-	case code[i] == 0xc4: // three-byte VEX
+	case code[i] == 0xc4: // three-byte VEX: c4, the map and more, a byte of fields
+		if i+1 < len(code) {
+			vexMap = code[i+1] & 0x1f
+		}
 		vex, i = "VEX", i+3
 	case code[i] == 0x62: // EVEX: 62 and three bytes of fields
 		vex, i = "EVEX", i+4
@@ -85,6 +90,9 @@ prefixes:
 		}
 		return refuse("the kernel does not single-step %s", what)
 	}
+	if vex == "VEX" && unknownVEX(vexMap, op) {
+		return refuse("the kernel's instruction decoder does not know this VEX-encoded opcode (map %d, %#02x)", vexMap, op)
+	}
 	if vex != "" {
 		return nil
 	}
@@ -97,6 +105,21 @@ prefixes:
 		return refuse("the kernel does not emulate a relative jump or call with an operand-size prefix")
 	}
 	return nil
+}
+
+// unknownVEX reports whether the kernel's instruction decoder fails on the
+// VEX-encoded opcode op of map vexMap (1 is 0f, 2 0f38, 3 0f3a), with
+// ENOEXEC: its tables (arch/x86/lib/x86-opcode-map.txt) have Intel's
+// VEX opcodes, not AMD's FMA4 (glibc's libm has __fma_fma4, which starts
+// with vfmaddsd) nor VPERMIL2PS/PD, nor maps past 3.
+func unknownVEX(vexMap, op byte) bool {
+	switch vexMap {
+	case 1, 2:
+		return false
+	case 3:
+		return op == 0x48 || op == 0x49 || op >= 0x5c && op <= 0x5f || op >= 0x68 && op <= 0x6f || op >= 0x78 && op <= 0x7f
+	}
+	return true
 }
 
 // x86Name disassembles the instruction at the start of code in AT&T
