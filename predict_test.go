@@ -475,3 +475,58 @@ func symbolOffset(t *testing.T, lib, debug, name string) uint64 {
 	t.Fatalf("%s: no %s", debug, name)
 	return 0
 }
+
+// TestPrivateMountNamespace probes a program run, in a mount namespace of
+// its own, from a directory bind-mounted there only: by the path the
+// process sees, with its pid, a USDT probe and a function, each call
+// counted. Its root directory is this process's, so only its mount
+// namespace says that its paths are its own.
+func TestPrivateMountNamespace(t *testing.T) {
+	probetest.RequireBPF(t)
+	const n = 5
+	p, inside := testprogs.StartInPrivateMount(t, testprogs.USDTTarget(t), "-wait", fmt.Sprint(n))
+	if root := elfsym.ProcessRoot(p.PID()); root != fmt.Sprintf("/proc/%d/root", p.PID()) {
+		t.Fatalf("ProcessRoot(%d) = %q, want its /proc/PID/root", p.PID(), root)
+	}
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := multiprobe.Options{PID: p.PID(), Features: &f}
+	usdtPlan, err := multiprobe.Resolve(mustParse(t, "usdt:"+inside+":mp:tick"), &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer usdtPlan.Close()
+	spec, err := testprogs.USDTCounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := usdtPlan.Prepare(spec); err != nil {
+		t.Fatal(err)
+	}
+	uc, err := testprogs.NewUSDTCounter(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	ul := mustAttach(t, usdtPlan, uc.CountUSDT)
+	c, plans := setup(t, f, multiprobe.Options{PID: p.PID()}, []string{"uprobe:" + inside + ":report"})
+	mustAttach(t, plans[0], c.CountEntry)
+
+	if out := p.Finish(t); !strings.HasPrefix(out, "done") {
+		t.Fatalf("target printed %q", out)
+	}
+	hits, err := testprogs.ReadArray(uc.Hits, len(ul.Sites()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ticks uint64
+	for _, h := range hits {
+		ticks += h
+	}
+	if ticks != n {
+		t.Errorf("mp:tick fired %d times, want %d", ticks, n)
+	}
+	probetest.CheckCounts(t, plans[0].Sites(), c.Counts, map[string]uint64{"report": 1})
+}

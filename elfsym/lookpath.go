@@ -122,17 +122,28 @@ func (e *notFoundError) Error() string   { return e.msg }
 func (e *notFoundError) Unwrap() []error { return []error{ErrNotFound, fs.ErrNotExist} }
 
 // ProcessRoot is the root directory in which to look up the files process
-// pid names: /proc/PID/root when its root differs from this process's (a
-// container, a chroot), else "" (this process's own root, where the same
-// names mean the same files and paths stay short).
+// pid names: /proc/PID/root when its root or its mounts differ from this
+// process's (a container, a chroot, a private mount namespace: unshare -m
+// and a bind mount over a directory, whose root directory is ours but
+// whose paths are not), else "" (this process's own root, where the same
+// names mean the same files and paths stay short). /proc/PID/root walks
+// the process's own mounts.
 func ProcessRoot(pid int) string {
-	root := "/proc/" + strconv.Itoa(pid) + "/root"
-	theirs, err1 := os.Stat(root)
+	proc := "/proc/" + strconv.Itoa(pid)
+	theirs, err1 := os.Stat(proc + "/root")
 	ours, err2 := os.Stat("/")
-	if err1 != nil || err2 != nil || os.SameFile(theirs, ours) {
+	if err1 != nil || err2 != nil {
 		return ""
 	}
-	return root
+	if !os.SameFile(theirs, ours) {
+		return proc + "/root"
+	}
+	theirNS, err1 := os.Stat(proc + "/ns/mnt")
+	ourNS, err2 := os.Stat("/proc/self/ns/mnt")
+	if err1 != nil || err2 != nil || os.SameFile(theirNS, ourNS) {
+		return ""
+	}
+	return proc + "/root"
 }
 
 // inRoot names p inside root: p is cleaned as an absolute path first, so

@@ -105,8 +105,12 @@ func runList(args []string, stdout, stderr io.Writer) error {
 		if len(patterns) == 0 {
 			patterns = []string{"*"}
 		}
-		if listings, err = listProcess(pid, patterns); err != nil {
+		var skipped []error
+		if listings, skipped, err = listProcess(pid, patterns); err != nil {
 			return err
+		}
+		for _, err := range skipped {
+			fmt.Fprintf(stderr, "multiprobe list: left out: %v\n", err)
 		}
 	case len(pos) == 0:
 		return usagef("need probe specs (uprobe:TARGET:PATTERN), or a target and its patterns")
@@ -194,13 +198,13 @@ func listProbe(p multiprobe.Probe, pid int) (listing, error) {
 
 // listProcess resolves patterns in every file process pid maps executable.
 // A file where nothing matches is left out; none matching anywhere is an
-// error, as for one file.
-func listProcess(pid int, patterns []string) ([]listing, error) {
+// error, as for one file. A file that cannot be read is left out too, and
+// said so in skipped, when others matched.
+func listProcess(pid int, patterns []string) (out []listing, skipped []error, err error) {
 	maps, err := elfsym.ExecutableMappings(pid)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []listing
 	var errs []error
 	sameRoot := elfsym.ProcessRoot(pid) == ""
 	for _, m := range maps {
@@ -217,11 +221,11 @@ func listProcess(pid int, patterns []string) ([]listing, error) {
 	}
 	if len(out) == 0 {
 		if len(errs) > 0 {
-			return nil, errors.Join(errs...)
+			return nil, nil, errors.Join(errs...)
 		}
-		return nil, fmt.Errorf("no function matches %s in the %d files process %d maps: %w", strings.Join(patterns, " "), len(maps), pid, elfsym.ErrNoMatch)
+		return nil, nil, fmt.Errorf("no function matches %s in the %d files process %d maps: %w", strings.Join(patterns, " "), len(maps), pid, elfsym.ErrNoMatch)
 	}
-	return out, nil
+	return out, errs, nil
 }
 
 // mappedPath names a file a process maps: by the process's own path where

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 func TestList(t *testing.T) {
@@ -136,5 +138,29 @@ func TestListJSON(t *testing.T) {
 	}
 	if got.Path != "" || len(got.Sites) != 2 || got.Sites[1].Kind != "uretprobe" || got.Sites[1].Path != "/bin/bash" {
 		t.Errorf("JSON = %+v", got)
+	}
+}
+
+// TestPrivateMountNamespace lists, and counts, a program run in a mount
+// namespace of its own from a directory bind-mounted there only: list -p
+// and usdt -p find its file, and count -p takes the path it sees.
+func TestPrivateMountNamespace(t *testing.T) {
+	probetest.RequireBPF(t)
+	p, inside := testprogs.StartInPrivateMount(t, testprogs.USDTTarget(t), "-wait", "5")
+	pid := strconv.Itoa(p.PID())
+	hostPath := "/proc/" + pid + "/root" + inside
+	out, errOut, code := runCLI(t, "list", "-p", pid, "report")
+	if code != 0 || !strings.Contains(out, hostPath) || errOut != "" {
+		t.Errorf("list -p: exit %d, want %s listed\nstdout:\n%s\nstderr:\n%s", code, hostPath, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "usdt", "-p", pid, "mp:tick")
+	if code != 0 || !strings.Contains(out, "tick") {
+		t.Errorf("usdt -p: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, spec := range []string{"uprobe:" + inside + ":report", "usdt:" + inside + ":mp:tick"} {
+		out, errOut, code = runCLI(t, "count", "-p", pid, "--duration", "0.1", spec)
+		if code != 0 || !strings.Contains(out, "of 1 site") {
+			t.Errorf("count -p %s: exit %d\nstdout:\n%s\nstderr:\n%s", spec, code, out, errOut)
+		}
 	}
 }

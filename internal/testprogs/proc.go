@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -78,4 +80,37 @@ func (p *Proc) Finish(tb testing.TB) string {
 		tb.Fatalf("%s: %v (printed %q)", p.Cmd.Path, err, rest)
 	}
 	return strings.TrimSpace(string(rest))
+}
+
+// StartInPrivateMount runs a copy of the target at path, with args, in a
+// mount namespace of its own (unshare -m) from a directory bind-mounted
+// there only: its root directory is this process's, its mounts are not,
+// and the path it runs from (returned) names nothing here. It waits for
+// "ready" as Start does.
+func StartInPrivateMount(tb testing.TB, path string, args ...string) (*Proc, string) {
+	tb.Helper()
+	if _, err := exec.LookPath("unshare"); err != nil {
+		tb.Fatalf("unshare (util-linux) is needed: %v", err)
+	}
+	dir := tb.TempDir()
+	src, mnt := filepath.Join(dir, "src"), filepath.Join(dir, "mnt")
+	for _, d := range []string{src, mnt} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, filepath.Base(path)), data, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	inside := filepath.Join(mnt, filepath.Base(path))
+	script := fmt.Sprintf("mount --bind %s %s && exec %s \"$@\"", src, mnt, inside)
+	p := Start(tb, "unshare", append([]string{"-m", "--propagation", "private", "sh", "-c", script, "sh"}, args...)...)
+	if _, err := os.Stat(inside); err == nil {
+		tb.Fatalf("%s is there outside the process's mount namespace too", inside)
+	}
+	return p, inside
 }
