@@ -161,11 +161,13 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	// Sites point at their probe: at a copy, not at the caller's slice.
 	probes = slices.Clone(probes)
 	for i := range probes {
-		pp, err := r.resolve(&probes[i])
+		pps, err := r.resolveTargets(&probes[i])
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", &probes[i], err)
 		}
-		r.number(pp)
+		for _, pp := range pps {
+			r.number(pp)
+		}
 	}
 	if err := pl.checkSession(); err != nil {
 		return nil, err
@@ -199,11 +201,12 @@ func (r *resolver) close() {
 	}
 }
 
-// resolve finds every site that p selects in its target: where the kernel
-// probes each, and what a uretprobe on a Go program probes instead.
-func (r *resolver) resolve(p *Probe) (planned, error) {
+// resolve finds every site that p selects in target, p's target or one
+// of the files it names: where the kernel probes each, and what a
+// uretprobe on a Go program probes instead.
+func (r *resolver) resolve(p *Probe, target string) (planned, error) {
 	pl := r.pl
-	of, err := pl.open(p.Target)
+	of, err := pl.open(target)
 	if err != nil {
 		return planned{}, err
 	}

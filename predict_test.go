@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -529,4 +530,66 @@ func TestPrivateMountNamespace(t *testing.T) {
 		t.Errorf("mp:tick fired %d times, want %d", ticks, n)
 	}
 	probetest.CheckCounts(t, plans[0].Sites(), c.Counts, map[string]uint64{"report": 1})
+}
+
+// TestTargetGlobs resolves a glob in a target's path, to every file it
+// matches, and "*" with a pid, to every file the process maps: one link
+// per file, each file's calls counted. Both paths.
+func TestTargetGlobs(t *testing.T) {
+	const n, calls = 5, 2
+	src := testprogs.PrivateTarget(t, n)
+	dir := t.TempDir()
+	var copies []string
+	for _, d := range []string{"a", "b"} {
+		copies = append(copies, filepath.Join(dir, d, "target"))
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(copies[len(copies)-1], data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]uint64{}
+	for i := range n {
+		want[testprogs.FuncName(i)] = 2 * uint64(testprogs.ExpectedCalls(i, calls)) // one run of each copy
+	}
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + dir + "/*/target:func_*"})
+		l := mustAttach(t, plans[0], c.CountEntry)
+		if got := len(l.Sites()); got != 2*n {
+			t.Fatalf("%d sites, want %d in each of 2 files", got, n)
+		}
+		for _, p := range copies {
+			runTarget(t, p, calls)
+		}
+		probetest.CheckCounts(t, l.Sites(), c.Counts, want)
+	})
+
+	t.Run("* with a pid", func(t *testing.T) {
+		f, err := kernelprobe.Detect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := probetest.StartStopped(t, copies[0], fmt.Sprint(calls))
+		c, plans := setup(t, f, multiprobe.Options{PID: p.PID()}, []string{"uprobe:*:func_*"})
+		l := mustAttach(t, plans[0], c.CountEntry)
+		if err := p.Resume(); err != nil {
+			t.Fatal(err)
+		}
+		if status, err := p.Wait(); status != 0 || err != nil {
+			t.Fatalf("status %d, %v", status, err)
+		}
+		half := map[string]uint64{}
+		for k, v := range want {
+			half[k] = v / 2
+		}
+		probetest.CheckCounts(t, l.Sites(), c.Counts, half)
+		if _, err := multiprobe.Resolve(mustParse(t, "uprobe:*:func_*"), nil); !errors.Is(err, multiprobe.ErrBadSpec) {
+			t.Errorf("uprobe:*:func_* without a pid: %v, want ErrBadSpec", err)
+		}
+	})
 }

@@ -39,7 +39,10 @@ func (k Kind) String() string {
 type Probe struct {
 	Kind Kind
 	// Target is the binary as written in the spec: a path, or a bare
-	// library or program name.
+	// library or program name. A path may hold globs
+	// (/usr/lib/*/libssl.so*): every file it matches is a target, with a
+	// link of its own; "*" with Options.PID is every file the process
+	// maps executable.
 	Target string
 	// Patterns are glob patterns over the target's function names; those
 	// starting with '!' exclude. A USDT probe has one pattern,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/fds"
+	"github.com/multiprobe/multiprobe/internal/glob"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/usdt"
 )
@@ -144,11 +146,64 @@ func listSpecs(specs []string, pid int, usdtOnly bool) ([]listing, error) {
 		if usdtOnly && p.Kind != multiprobe.USDT {
 			return nil, usagef("%s is not a usdt: probe (list shows uprobe sites)", p)
 		}
-		l, err := listProbe(p, pid)
+		if glob.IsLiteral(p.Target) {
+			l, err := listProbe(p, pid)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, l)
+			continue
+		}
+		ls, err := listGlob(p, pid)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ls...)
+	}
+	return out, nil
+}
+
+// listGlob lists p in every file its target's glob matches
+// (/usr/lib/*/libssl.so*), as count probes them: where nothing matches,
+// or that are not ELF files, are left out.
+func listGlob(p multiprobe.Probe, pid int) ([]listing, error) {
+	root := ""
+	if pid != 0 {
+		root = elfsym.ProcessRoot(pid)
+	}
+	if p.Target == "*" || !filepath.IsAbs(p.Target) {
+		return nil, usagef("%s: list takes a glob in an absolute path; for every file a process maps give -p PID and no probe", p)
+	}
+	files, err := filepath.Glob(root + filepath.Clean(p.Target))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("target %q: no file matches: %w", p.Target, elfsym.ErrNotFound)
+	}
+	var out []listing
+	seen := map[string]bool{}
+	for _, f := range files {
+		// libssl.so and libssl.so.3 are one file: listed once.
+		if real, err := filepath.EvalSymlinks(f); err == nil {
+			if seen[real] {
+				continue
+			}
+			seen[real] = true
+			if root == "" {
+				f = real // the file's own name, not a symbolic link's
+			}
+		}
+		q := p
+		q.Target = f
+		l, err := listProbe(q, 0)
+		if errors.Is(err, elfsym.ErrNoMatch) || errors.Is(err, elfsym.ErrNotELF) || errors.Is(err, usdt.ErrNoProbes) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, l)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: nothing matches in the %d files %q names: %w", p, len(files), p.Target, elfsym.ErrNoMatch)
 	}
 	return out, nil
 }
