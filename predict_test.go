@@ -19,6 +19,7 @@ import (
 	"github.com/multiprobe/multiprobe/ifunc"
 	"github.com/multiprobe/multiprobe/internal/hostarch"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/probetest"
 	"golang.org/x/sys/unix"
@@ -395,10 +396,10 @@ func TestDebugSymbolCounted(t *testing.T) {
 	debug := f.DebugFile()
 	f.Close()
 	if debug == "" {
-		if os.Getenv("CI") == "true" {
+		if os.Getenv("CI") == "true" && !testutil.InGuest() {
 			t.Fatal("no debug file for libc: is libc6-dbg installed?")
 		}
-		t.Skip("no debug file for libc (install libc6-dbg)")
+		t.Skip("no debug file for libc (install libc6-dbg; a test VM has none, the host runs this test)")
 	}
 	off := symbolOffset(t, lib, debug, "_int_malloc")
 	feat, err := kernelprobe.Detect()

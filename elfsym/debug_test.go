@@ -14,6 +14,7 @@ import (
 
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/ulikunitz/xz"
 )
 
@@ -116,6 +117,8 @@ func functionNames(t *testing.T, path string, dynamic bool) (current, all map[st
 // debug information apart (objcopy --only-keep-debug) and its build ID.
 func split(t *testing.T, n int) (stripped, debug string, id []byte) {
 	t.Helper()
+	_, err := exec.LookPath("objcopy")
+	testutil.RequireTool(t, "objcopy", err)
 	target := testprogs.PrivateTarget(t, n)
 	dir := t.TempDir()
 	stripped, debug = filepath.Join(dir, "stripped"), filepath.Join(dir, "debug")
