@@ -266,6 +266,40 @@ func (f *File) Entry() (uint64, bool) {
 }
 
 func newFile(name string, data []byte, debug bool) (*File, error) {
+	ef, err := parseHeaders(name, data)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, entry: ef.Entry, refs: 1, tune: defaultTuning}
+	f.image = elfimage.Load(ef.Progs)
+	if err := f.readDebugRefs(ef); err != nil {
+		return nil, err
+	}
+	// A debug file's segments are the binary's with their contents left
+	// out: only its symbol tables are read, and the binary's segments
+	// make their offsets.
+	if err := f.image.Within(uint64(len(data))); err != nil && !debug {
+		// Symbols in such a segment would get offsets the kernel refuses.
+		return nil, fmt.Errorf("%s: %w: %w", name, ErrMalformed, err)
+	}
+	hasSymtab, err := f.readTables(ef)
+	if err != nil {
+		return nil, err
+	}
+	if ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil {
+		f.goCode = bytes.NewReader(data)
+	}
+	if !hasSymtab {
+		if err := f.readGoTable(ef); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// parseHeaders checks that data is a 64-bit little-endian executable or
+// shared object and parses its headers.
+func parseHeaders(name string, data []byte) (*elf.File, error) {
 	if len(data) < 16 || !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
 		return nil, fmt.Errorf("%s: %w", name, ErrNotELF)
 	}
@@ -283,7 +317,7 @@ func newFile(name string, data []byte, debug bool) (*File, error) {
 		return nil, fmt.Errorf("%s: %w: %w", name, ErrMalformed, err)
 	}
 	// debug/elf parses the headers robustly; the symbol tables, which are
-	// the bulk of the work, are read in place below.
+	// the bulk of the work, are read in place (readTables).
 	ef, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w: %w", name, ErrMalformed, err)
@@ -291,18 +325,12 @@ func newFile(name string, data []byte, debug bool) (*File, error) {
 	if ef.Type != elf.ET_EXEC && ef.Type != elf.ET_DYN {
 		return nil, fmt.Errorf("%s: %w: ELF type %s (want an executable or a shared object)", name, ErrUnsupported, ef.Type)
 	}
-	f := &File{path: name, data: data, machine: ef.Machine, typ: ef.Type, entry: ef.Entry, refs: 1, tune: defaultTuning}
-	f.image = elfimage.Load(ef.Progs)
-	if err := f.readDebugRefs(ef); err != nil {
-		return nil, err
-	}
-	// A debug file's segments are the binary's with their contents left
-	// out: only its symbol tables are read, and the binary's segments
-	// make their offsets.
-	if err := f.image.Within(uint64(len(data))); err != nil && !debug {
-		// Symbols in such a segment would get offsets the kernel refuses.
-		return nil, fmt.Errorf("%s: %w: %w", name, ErrMalformed, err)
-	}
+	return ef, nil
+}
+
+// readTables finds the symbol tables, .symtab first, then .dynsym with
+// its versions, and reports whether there is a .symtab.
+func (f *File) readTables(ef *elf.File) (hasSymtab bool, err error) {
 	var symtabs, dynsyms []symtab
 	var versym, verdef *elf.Section
 	for i, s := range ef.Sections {
@@ -310,7 +338,7 @@ func newFile(name string, data []byte, debug bool) (*File, error) {
 		case elf.SHT_SYMTAB, elf.SHT_DYNSYM:
 			t, err := f.readSymtab(ef, i)
 			if err != nil {
-				return nil, err
+				return false, err
 			}
 			if s.Type == elf.SHT_DYNSYM {
 				t.dynamic = true
@@ -331,7 +359,7 @@ func newFile(name string, data []byte, debug bool) (*File, error) {
 	if versym != nil && len(dynsyms) == 1 && len(f.tables) > len(symtabs) {
 		vs, err := f.section(versym)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		// versym has one 2-byte entry per dynamic symbol, the null one
 		// included; a short table versions only the symbols it covers.
@@ -341,32 +369,34 @@ func newFile(name string, data []byte, debug bool) (*File, error) {
 	}
 	if verdef != nil {
 		if err := f.readVerdef(ef, verdef); err != nil {
-			return nil, err
+			return false, err
 		}
 	}
-	if ef.Section(".gopclntab") != nil || ef.Section(".go.buildinfo") != nil {
-		f.goCode = bytes.NewReader(data)
+	return len(symtabs) > 0, nil
+}
+
+// readGoTable reads the function table of a Go program stripped of its
+// .symtab, if it has one.
+func (f *File) readGoTable(ef *elf.File) error {
+	s := ef.Section(".gopclntab")
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		return nil
 	}
-	if len(symtabs) == 0 {
-		if s := ef.Section(".gopclntab"); s != nil && s.Type != elf.SHT_NOBITS {
-			pcln, err := f.section(s)
-			if err != nil {
-				return nil, err
-			}
-			f.pclntab = pcln
-			if text := ef.Section(".text"); text != nil {
-				f.textAddr = text.Addr
-			}
-			// A stripped Go program linked with cgo (the race detector
-			// links so too) keeps a .dynsym of a few C symbols: its
-			// functions are in the Go function table, which is read
-			// instead. (Its C functions, which that table lacks, are
-			// then not found: a binary stripped of .symtab has no other
-			// list of them than .dynsym's exports.)
-			f.tables = nil
-		}
+	pcln, err := f.section(s)
+	if err != nil {
+		return err
 	}
-	return f, nil
+	f.pclntab = pcln
+	if text := ef.Section(".text"); text != nil {
+		f.textAddr = text.Addr
+	}
+	// A stripped Go program linked with cgo (the race detector links so
+	// too) keeps a .dynsym of a few C symbols: its functions are in the
+	// Go function table, which is read instead. (Its C functions, which
+	// that table lacks, are then not found: a binary stripped of .symtab
+	// has no other list of them than .dynsym's exports.)
+	f.tables = nil
+	return nil
 }
 
 // coveredByTables reports whether .symtab holds every function .dynsym

@@ -483,3 +483,76 @@ func FuzzHitDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestCountWhileReplaced runs count on a program while another goroutine
+// keeps replacing it by rename with a build whose functions lie at other
+// offsets (an install, a build loop): whichever file each run's command
+// runs, its calls are counted exactly, or the run fails; never a silent
+// wrong count. The probes go on the file the stopped command runs
+// (/proc/PID/exe), not on the one at its path when count resolves it.
+func TestCountWhileReplaced(t *testing.T) {
+	probetest.RequireBPF(t)
+	const calls, runs = 2, 25
+	small, big := testprogs.PrivateTarget(t, 5), testprogs.PrivateTarget(t, 20)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "target")
+	variants := [][]byte{}
+	for _, p := range []string{small, big} {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		variants = append(variants, data)
+	}
+	put := func(i int) {
+		tmp := fmt.Sprintf("%s.%d", path, i)
+		if err := os.WriteFile(tmp, variants[i%2], 0o755); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Error(err)
+		}
+	}
+	put(0)
+	stop := make(chan struct{})
+	swapped := make(chan int)
+	go func() {
+		i := 1
+		for {
+			select {
+			case <-stop:
+				swapped <- i
+				return
+			default:
+			}
+			put(i)
+			i++
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	wrong := 0
+	for run := range runs {
+		out, errOut, code := runCLI(t, "count", "--json", "uprobe:"+path+":func_0000[0-4]", "--", path, fmt.Sprint(calls))
+		if code != 0 {
+			t.Logf("run %d failed, as it may: %s", run, errOut)
+			continue
+		}
+		var r countReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("run %d: %v\n%s", run, err, out)
+		}
+		got := map[string]uint64{}
+		for _, c := range r.Counts {
+			got[c.Function] = c.Calls
+		}
+		for i := range 5 {
+			if want := uint64(testprogs.ExpectedCalls(i, calls)); got[testprogs.FuncName(i)] != want {
+				wrong++
+				t.Errorf("run %d: %s counted %d, want %d (exit 0)", run, testprogs.FuncName(i), got[testprogs.FuncName(i)], want)
+			}
+		}
+	}
+	close(stop)
+	t.Logf("%d runs while the file was replaced %d times, %d wrong counts", runs, <-swapped, wrong)
+}

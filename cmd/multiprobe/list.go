@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -477,6 +478,7 @@ func resolveSites(path string, patterns []string, kind multiprobe.Kind) (sites [
 		return nil, nil, err
 	}
 	sites = mergeSameOffset(ifunc.Sites(fd, sites))
+	implementationSizes(f, sites)
 	left = make([]error, len(sites))
 	code := make([]byte, kernelprobe.InsnWindow)
 	for i, s := range sites {
@@ -484,6 +486,32 @@ func resolveSites(path string, patterns []string, kind multiprobe.Kind) (sites [
 		left[i] = multiprobe.Unprobeable(kind, f, s, code[:n])
 	}
 	return sites, left, nil
+}
+
+// implementationSizes gives each IFUNC site moved to its implementation
+// the implementation's size, where a symbol covers it (.symtab, or a debug
+// file's: __memmove_avx_unaligned_erms for memcpy), instead of its
+// resolver's.
+func implementationSizes(f *elfsym.File, sites []elfsym.Site) {
+	if !slices.ContainsFunc(sites, func(s elfsym.Site) bool { return s.Moved == elfsym.MovedIFunc }) {
+		return
+	}
+	all, err := f.Resolve("*")
+	if err != nil {
+		return
+	}
+	for i := range sites {
+		s := &sites[i]
+		if s.Moved != elfsym.MovedIFunc {
+			continue
+		}
+		// The last symbol at or before the offset (which may be past the
+		// implementation's first instruction), if it covers it.
+		j, _ := slices.BinarySearchFunc(all, s.Offset+1, func(a elfsym.Site, off uint64) int { return cmp.Compare(a.Offset, off) })
+		if j > 0 && s.Offset < all[j-1].Offset+all[j-1].Size {
+			s.Size = all[j-1].Size
+		}
+	}
 }
 
 // mergeSameOffset makes the sites at one offset one row, as a plan makes

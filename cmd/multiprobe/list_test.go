@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/probetest"
@@ -166,4 +168,54 @@ func TestPrivateMountNamespace(t *testing.T) {
 			t.Errorf("count -p %s: exit %d\nstdout:\n%s\nstderr:\n%s", spec, code, out, errOut)
 		}
 	}
+}
+
+// TestIFuncImplementationSize: an IFUNC site moved to its implementation
+// shows the implementation's size, where a symbol covers it (libc6-dbg's
+// debug file names glibc's implementations), not its resolver's.
+func TestIFuncImplementationSize(t *testing.T) {
+	out, errOut, code := runCLI(t, "list", "--json", "uprobe:libc.so.6:memcpy")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var l struct{ Sites []listedSite }
+	if err := json.Unmarshal([]byte(out), &l); err != nil || len(l.Sites) != 1 {
+		t.Fatalf("%v: %s", err, out)
+	}
+	s := l.Sites[0]
+	f, err := elfsym.Open(s.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	debug := f.DebugFile()
+	f.Close()
+	if s.Moved != elfsym.MovedIFunc.String() || debug == "" {
+		t.Skipf("memcpy %s, debug file %q: nothing to check", s.Moved, debug)
+	}
+	ef, err := elf.Open(debug)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ef.Close()
+	syms, _ := ef.Symbols()
+	lib, err := elf.Open(s.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lib.Close()
+	for _, sym := range syms {
+		off, ok := uint64(0), false
+		for _, p := range lib.Progs {
+			if p.Type == elf.PT_LOAD && sym.Value >= p.Vaddr && sym.Value < p.Vaddr+p.Filesz {
+				off, ok = sym.Value-p.Vaddr+p.Off, true
+			}
+		}
+		if ok && elf.ST_TYPE(sym.Info) == elf.STT_FUNC && s.Offset >= off && s.Offset < off+sym.Size {
+			if s.Size != sym.Size {
+				t.Errorf("memcpy at %s's offset %#x: size %d, want %s's %d", sym.Name, s.Offset, s.Size, sym.Name, sym.Size)
+			}
+			return
+		}
+	}
+	t.Errorf("no function of %s covers memcpy's implementation at %#x", debug, s.Offset)
 }
