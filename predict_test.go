@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -201,7 +202,7 @@ func waitMapped(t *testing.T, pid int, path string) {
 				return
 			}
 		}
-		unixSleep()
+		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("process %d does not map %s", pid, path)
 }
@@ -217,10 +218,6 @@ func sameFile(a, b string) (bool, error) {
 	}
 	return os.SameFile(sa, sb), nil
 }
-
-func unixSleep() { _ = unix.Nanosleep(&unix.Timespec{Nsec: 10e6}, nil) }
-
-var _ = fmt.Sprint
 
 // TestLeftOut: a glob leaves out the sites the kernel would refuse, each
 // with its reason, and attaches the rest to a live process; the same
