@@ -3,8 +3,6 @@ package multiprobe
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/glob"
@@ -83,32 +81,9 @@ func (pl *Plan) expand(target string) ([]string, error) {
 		}
 		return files, nil
 	}
-	if !filepath.IsAbs(target) {
-		return nil, fmt.Errorf("%w: a glob in a target (%q) must be in an absolute path", ErrBadSpec, target)
+	files, err := elfsym.GlobIn(pl.lookupRoot(target), target)
+	if errors.Is(err, elfsym.ErrBadPattern) {
+		return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
 	}
-	root := pl.lookupRoot(target)
-	matches, err := filepath.Glob(root + filepath.Clean(target))
-	if err != nil {
-		return nil, fmt.Errorf("%w: target %q: %w", ErrBadSpec, target, err)
-	}
-	if len(matches) == 0 {
-		return nil, fmt.Errorf("target %q: no file matches: %w", target, elfsym.ErrNotFound)
-	}
-	slices.Sort(matches)
-	// libssl.so and libssl.so.3 are one file: resolved once.
-	seen := map[string]bool{}
-	files := matches[:0]
-	for _, m := range matches {
-		if real, err := filepath.EvalSymlinks(m); err == nil {
-			if seen[real] {
-				continue
-			}
-			seen[real] = true
-			if root == "" {
-				m = real // the file's own name, not a symbolic link's
-			}
-		}
-		files = append(files, m)
-	}
-	return files, nil
+	return files, err
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -306,4 +307,39 @@ func executableFiles(maps []mapsLine, pid int) []Mapping {
 		out = append(out, m)
 	}
 	return out
+}
+
+// GlobIn returns the files a target path with globs names
+// (/usr/lib/*/libssl.so*) in root ("" for this process's, or a
+// ProcessRoot), sorted, each file once: the symbolic links to one file
+// (libssl.so, libssl.so.3) are one, by the file's own name where root is
+// this process's. A pattern must be an absolute path; none matching is an
+// error wrapping ErrNotFound.
+func GlobIn(root, pattern string) ([]string, error) {
+	if !filepath.IsAbs(pattern) {
+		return nil, fmt.Errorf("target %q: %w: a glob must be in an absolute path", pattern, ErrBadPattern)
+	}
+	matches, err := filepath.Glob(root + filepath.Clean(pattern))
+	if err != nil {
+		return nil, fmt.Errorf("target %q: %w", pattern, ErrBadPattern)
+	}
+	if len(matches) == 0 {
+		return nil, &notFoundError{fmt.Sprintf("target %q: no file matches", pattern)}
+	}
+	slices.Sort(matches)
+	seen := map[string]bool{}
+	files := matches[:0]
+	for _, m := range matches {
+		if real, err := filepath.EvalSymlinks(m); err == nil {
+			if seen[real] {
+				continue
+			}
+			seen[real] = true
+			if root == "" {
+				m = real
+			}
+		}
+		files = append(files, m)
+	}
+	return files, nil
 }

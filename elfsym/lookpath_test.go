@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -64,5 +65,33 @@ func TestLookPathNames(t *testing.T) {
 	}
 	if p, err := LookPathIn(self, "libc"); err != nil || p != self+libc {
 		t.Errorf("LookPathIn(%s, libc) = %s, %v; want %s", self, p, err, self+libc)
+	}
+}
+
+// TestGlobIn: a glob in a target path names each file once, by its own
+// name, and says what is wrong with a pattern that names nothing.
+func TestGlobIn(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"libx.so.1", "liby.so.2"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("libx.so.1", filepath.Join(dir, "libx.so")); err != nil {
+		t.Fatal(err)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := GlobIn("", filepath.Join(dir, "lib*.so*"))
+	if want := []string{filepath.Join(real, "libx.so.1"), filepath.Join(real, "liby.so.2")}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("GlobIn = %q, %v; want %q", got, err, want)
+	}
+	if _, err := GlobIn("", "lib*.so"); !errors.Is(err, ErrBadPattern) {
+		t.Errorf("a relative pattern: %v, want ErrBadPattern", err)
+	}
+	if _, err := GlobIn("", filepath.Join(dir, "nope*")); !errors.Is(err, ErrNotFound) {
+		t.Errorf("no match: %v, want ErrNotFound", err)
 	}
 }

@@ -11,6 +11,11 @@
 // before loading: [PrepareProgramSpec] and [PrepareCollectionSpec] set the
 // expected attach type of uprobe programs to match.
 //
+// [CheckInsn] predicts the other thing the kernel decides for each site:
+// whether it will place a uprobe at the instruction there at all (the
+// rules of arch_uprobe_analyze_insn on x86-64 and arm64, proven against
+// the kernel on whole libraries by the root package's tests).
+//
 // Tests and users can pretend the kernel lacks a feature, so that the
 // fallback paths run on any kernel: programmatically with [SetOverride], or
 // with the environment variable MULTIPROBE_FORCE, a comma-separated list of

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -172,26 +171,18 @@ func listGlob(p multiprobe.Probe, pid int) ([]listing, error) {
 	if pid != 0 {
 		root = elfsym.ProcessRoot(pid)
 	}
-	if p.Target == "*" || !filepath.IsAbs(p.Target) {
-		return nil, usagef("%s: list takes a glob in an absolute path; for every file a process maps give -p PID and no probe", p)
+	if p.Target == "*" {
+		return nil, usagef("%s: for every file a process maps give -p PID and no probe", p)
 	}
-	files, err := filepath.Glob(root + filepath.Clean(p.Target))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("target %q: no file matches: %w", p.Target, elfsym.ErrNotFound)
+	files, err := elfsym.GlobIn(root, p.Target)
+	if errors.Is(err, elfsym.ErrBadPattern) {
+		return nil, usagef("%s: %v", p, err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var out []listing
-	seen := map[string]bool{}
 	for _, f := range files {
-		// libssl.so and libssl.so.3 are one file: listed once.
-		if real, err := filepath.EvalSymlinks(f); err == nil {
-			if seen[real] {
-				continue
-			}
-			seen[real] = true
-			if root == "" {
-				f = real // the file's own name, not a symbolic link's
-			}
-		}
 		q := p
 		q.Target = f
 		l, err := listProbe(q, 0)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -76,8 +77,12 @@ func runUSDT(args []string, stdout, stderr io.Writer) error {
 		if len(pos) == 1 {
 			pattern = pos[0]
 		}
-		if listings, err = usdtProcess(pid, pattern); err != nil {
+		var skipped []error
+		if listings, skipped, err = usdtProcess(pid, pattern); err != nil {
 			return err
+		}
+		for _, err := range skipped {
+			fmt.Fprintf(stderr, "multiprobe usdt: left out: %v\n", err)
 		}
 	case len(pos) < 1 || len(pos) > 2:
 		return usagef("need a target and at most one PROVIDER:NAME pattern, or usdt: probe specs")
@@ -130,19 +135,23 @@ func runUSDT(args []string, stdout, stderr io.Writer) error {
 }
 
 // usdtProcess lists the USDT probes that pattern selects in every file
-// process pid maps executable; files without any are left out.
-func usdtProcess(pid int, pattern string) ([]listing, error) {
+// process pid maps executable; files without any are left out, and those
+// that cannot be read are too, each said so in skipped.
+func usdtProcess(pid int, pattern string) (out []listing, skipped []error, err error) {
 	maps, err := elfsym.ExecutableMappings(pid)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []listing
 	sameRoot := elfsym.ProcessRoot(pid) == ""
 	for _, m := range maps {
 		path := mappedPath(m, sameRoot)
 		f, err := usdt.Open(path)
+		if errors.Is(err, usdt.ErrNotELF) {
+			continue // nothing to list
+		}
 		if err != nil {
-			continue // not ELF, no notes: nothing to list
+			skipped = append(skipped, err)
+			continue
 		}
 		probes, err := f.Probes(pattern)
 		if err != nil || len(probes) == 0 {
@@ -151,9 +160,9 @@ func usdtProcess(pid int, pattern string) ([]listing, error) {
 		out = append(out, listing{kind: multiprobe.USDT.String(), path: path, usdt: probes, arch: f.Arch, filter: pattern})
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no USDT probe matches %s in the %d files process %d maps", pattern, len(maps), pid)
+		return nil, nil, errors.Join(append(skipped, fmt.Errorf("no USDT probe matches %s in the %d files process %d maps", pattern, len(maps), pid))...)
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 func jsonProbe(p usdt.Probe) listedProbe {

@@ -8,8 +8,8 @@ require (
 )
 
 require (
+	github.com/ulikunitz/xz v0.5.17 // indirect
 	golang.org/x/arch v0.30.0 // indirect
-	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
 
