@@ -92,13 +92,13 @@ func TestOneSiteTable(t *testing.T) {
 // or by an alias's, is one row, named as the first probe named it, with
 // the other names in Names.
 func TestMergedNames(t *testing.T) {
-	target := testprogs.PrivateTarget(t, 3)
+	target := testprogs.PrivateTarget(t, 5) // a size the test VMs prebuild
 	f := kernelprobe.Features{Release: "6.18.0", UprobeMulti: true, UprobeMultiPIDFilter: true, Cookies: true, RefCtrOffset: true, UprobePMU: true}
 	for _, tc := range []struct {
 		specs []string
 		want  [][]string // each site's Names, nil for one name; by Name
 	}{
-		{[]string{"uprobe:" + target + ":func_*", "uprobe:" + target + ":func_00001"}, [][]string{nil, nil, nil}},
+		{[]string{"uprobe:" + target + ":func_*", "uprobe:" + target + ":func_00001"}, [][]string{nil, nil, nil, nil, nil}},
 		{[]string{"uprobe:libc.so.6:fread", "uprobe:libc.so.6:_IO_fread"}, [][]string{{"fread", "_IO_fread"}}},
 		// The second probe's site is named as elfsym names a site that
 		// two patterns match: _IO_fread again.

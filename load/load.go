@@ -279,7 +279,7 @@ func LoadAndAssign(spec *ebpf.CollectionSpec, to any, opts *Options) (*Profile, 
 	}
 	defer coll.Close()
 	if err := coll.Assign(to); err != nil {
-		return prof, fmt.Errorf("assign: %w", err)
+		return prof, fmt.Errorf("load: assigning the collection: %w", err)
 	}
 	return prof, nil
 }
