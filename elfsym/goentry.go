@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/multiprobe/multiprobe/internal/x86dec"
 	"golang.org/x/arch/arm64/arm64asm"
 	"golang.org/x/arch/x86/x86asm"
 )
@@ -51,7 +52,7 @@ func goEntry(machine elf.Machine, code []byte) int {
 func goEntryX86(code []byte) int {
 	at, checked := 0, false
 	for n := 0; n < 6 && at < len(code); n++ {
-		inst, err := x86asm.Decode(code[at:], 64)
+		inst, err := x86dec.Decode(code[at:])
 		if err != nil {
 			return 0
 		}
@@ -222,7 +223,7 @@ func goReturns(machine elf.Machine, code []byte) ([]uint64, error) {
 	switch machine {
 	case elf.EM_X86_64:
 		for at := 0; at < len(code); {
-			inst, err := x86asm.Decode(code[at:], 64)
+			inst, err := x86dec.Decode(code[at:])
 			if err != nil {
 				return nil, fmt.Errorf("at +%#x: %w", at, err)
 			}

@@ -3,6 +3,7 @@ package ifunc
 import (
 	"debug/elf"
 
+	"github.com/multiprobe/multiprobe/internal/x86dec"
 	"golang.org/x/arch/x86/x86asm"
 )
 
@@ -31,7 +32,7 @@ func Entry(machine elf.Machine, code []byte) (skip int, why string) {
 	if b := code[0]; b != 0xc4 && b != 0xc5 && b != 0x62 { // VEX3, VEX2, EVEX
 		return 0, ""
 	}
-	first, err := x86asm.Decode(code, 64)
+	first, err := x86dec.Decode(code)
 	if err != nil {
 		return 0, ""
 	}
@@ -40,7 +41,7 @@ func Entry(machine elf.Machine, code []byte) (skip int, why string) {
 	}
 	skip = first.Len
 	for at := skip; at < len(code); {
-		inst, err := x86asm.Decode(code[at:], 64)
+		inst, err := x86dec.Decode(code[at:])
 		if err != nil {
 			break // past what decodes (another function, data): nothing to see
 		}

@@ -72,3 +72,19 @@ func TestCheckInsn(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCheckInsn feeds the predictor any bytes, as a hostile binary's code
+// would be: it never panics, and what it refuses wraps ErrUnprobeable.
+func FuzzCheckInsn(f *testing.F) {
+	for _, seed := range []string{"f0ff0f", "c5fe6f06", "62f1fe286f06", "c4e3f96bc210", "660f840000", "3f2303d5", "ff0b5fd6", ""} {
+		b, _ := hex.DecodeString(seed)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, code []byte) {
+		for _, m := range []elf.Machine{elf.EM_X86_64, elf.EM_AARCH64} {
+			if err := kernelprobe.CheckInsn(m, code); err != nil && !errors.Is(err, kernelprobe.ErrUnprobeable) {
+				t.Fatalf("%v % x: %v does not wrap ErrUnprobeable", m, code, err)
+			}
+		}
+	})
+}

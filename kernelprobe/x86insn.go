@@ -3,6 +3,7 @@ package kernelprobe
 import (
 	"fmt"
 
+	"github.com/multiprobe/multiprobe/internal/x86dec"
 	"golang.org/x/arch/x86/x86asm"
 )
 
@@ -126,7 +127,7 @@ func unknownVEX(vexMap, op byte) bool {
 // syntax, as objdump and perf write it, or gives its bytes where the
 // decoder does not know it (AVX-512's EVEX encodings).
 func x86Name(code []byte) string {
-	if inst, err := x86asm.Decode(code, 64); err == nil {
+	if inst, err := x86dec.Decode(code); err == nil {
 		return x86asm.GNUSyntax(inst, 0, nil)
 	}
 	if len(code) == 0 {
