@@ -3,7 +3,7 @@ package attach
 import (
 	"errors"
 	"fmt"
-	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -86,8 +86,9 @@ type Options struct {
 type Link struct {
 	mu      sync.Mutex
 	targets Targets
-	files   []*os.File // one per kernel link; nil after Close
-	spans   []span     // the sites each kernel link covers
+	links   []link.Link // one per kernel link, cilium/ebpf's uprobe_multi type; nil after Close
+	ids     []link.ID   // their kernel IDs, for Close to wait on
+	spans   []span      // the sites each kernel link covers
 	closed  bool
 }
 
@@ -193,8 +194,9 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 				}
 				return nil, err
 			}
-			l.files = append(l.files, os.NewFile(uintptr(fd), kind+":"+t.Path))
-			l.spans = append(l.spans, span{ti, first, end})
+			if err := l.add(fd, span{ti, first, end}); err != nil {
+				return nil, errors.Join(fmt.Errorf("attach: %s link for %s: %w", kind, t.Path, err), l.Close())
+			}
 		}
 	}
 	return l, nil
@@ -324,8 +326,9 @@ func explainCommon(where string, errno unix.Errno, pid int) error {
 	return fmt.Errorf("%s: %w", where, errno)
 }
 
-// Close detaches every site and releases the links' file descriptors. It
-// may be called more than once; later calls return nil. Detaching is the
+// Close detaches every site and releases the links' file descriptors. A
+// kernel link pinned through Links stays attached until its pin is removed.
+// Close may be called more than once; later calls return nil. Detaching is the
 // slow part of a uprobe's life (tens of milliseconds per thousand sites).
 func (l *Link) Close() error {
 	l.mu.Lock()
@@ -335,19 +338,20 @@ func (l *Link) Close() error {
 	}
 	l.closed = true
 	var errs []error
-	ids := make([]link.ID, 0, len(l.files))
-	for _, f := range l.files {
-		if info, err := queryInfo(int(f.Fd())); err == nil {
-			ids = append(ids, info.ID)
+	// A pinned link stays attached: wait only for the others.
+	var ids []link.ID
+	for i, kl := range l.links {
+		if p, ok := kl.(interface{ IsPinned() bool }); !ok || !p.IsPinned() {
+			ids = append(ids, l.ids[i])
 		}
 	}
 	defer bpfsys.WaitLinksFreed(ids)
-	for i := len(l.files) - 1; i >= 0; i-- {
-		if err := l.files[i].Close(); err != nil {
+	for i := len(l.links) - 1; i >= 0; i-- {
+		if err := l.links[i].Close(); err != nil {
 			errs = append(errs, fmt.Errorf("attach: close link for %s: %w", l.targets[l.spans[i].target].Path, err))
 		}
 	}
-	l.files = nil
+	l.links = nil
 	return errors.Join(errs...)
 }
 
@@ -368,5 +372,32 @@ func (l *Link) Cookies() []uint64 { return l.targets.Cookies() }
 func (l *Link) FDs() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.files)
+	return len(l.links)
+}
+
+// add takes the kernel link fd as a cilium/ebpf link, which gives it Pin,
+// Info and the rest of link.Link.
+func (l *Link) add(fd int, sp span) error {
+	id, errno := bpfsys.LinkID(fd)
+	if errno != 0 {
+		unix.Close(fd)
+		return fmt.Errorf("reading the new link's ID: %w", errno)
+	}
+	kl, err := link.NewFromFD(fd) // closes fd on error
+	if err != nil {
+		return err
+	}
+	l.links = append(l.links, kl)
+	l.ids = append(l.ids, id)
+	l.spans = append(l.spans, sp)
+	return nil
+}
+
+// Links returns the kernel links, cilium/ebpf's uprobe_multi links, in the
+// order of the targets and their sites, as Info reports them. They are
+// l's: read their info or pin them, but do not close them; Close does.
+func (l *Link) Links() []link.Link {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.links)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
@@ -514,5 +515,73 @@ func TestRefusedSiteNamed(t *testing.T) {
 	}
 	if want := fmt.Sprintf("refused: #2 (offset %#x)", offs[2]); !errors.Is(err, kernelprobe.ErrUnprobeable) || !strings.Contains(err.Error(), want) {
 		t.Errorf("%v\nwant it to wrap ErrUnprobeable and say %q", err, want)
+	}
+}
+
+// TestLinksPinned: the kernel links are cilium/ebpf's uprobe_multi links,
+// so pinning one keeps its sites counted after Close, and the pin taken
+// back reports the same sites.
+func TestLinksPinned(t *testing.T) {
+	const n, calls = 100, 2
+	path, offsets, c := setup(t, n)
+	dir := testutil.BPFFS(t)
+	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kls := l.Links()
+	if len(kls) != 1 {
+		t.Fatalf("Links() has %d links, want 1", len(kls))
+	}
+	pin := filepath.Join(dir, "link")
+	if err := kls[0].Pin(pin); err != nil {
+		t.Fatal(err)
+	}
+	want, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close of a pinned link took %v: it waited for a link that stays", d)
+	}
+	run(t, path, n, calls)
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range counts {
+		if w := uint64(testprogs.ExpectedCalls(i, calls)); got != w {
+			t.Fatalf("site %s after Close of the pinned link: %d calls, want %d", testprogs.FuncName(i), got, w)
+		}
+	}
+
+	back, err := link.LoadPinnedLink(pin, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := infoOf(back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != want[0].ID || !slices.Equal(got.Offsets, want[0].Offsets) || !slices.Equal(got.Cookies, want[0].Cookies) {
+		t.Errorf("pinned link's info = ID %d with %d offsets, want ID %d with %d", got.ID, len(got.Offsets), want[0].ID, len(want[0].Offsets))
+	}
+	if err := back.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Close(); err != nil {
+		t.Fatal(err)
+	}
+	run(t, path, n, calls)
+	again, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(again, counts) {
+		t.Error("sites still counted after Unpin and Close")
 	}
 }

@@ -3,12 +3,10 @@ package attach
 import (
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
-	"golang.org/x/sys/unix"
 )
 
 // LinkInfo is what the kernel reports about one uprobe_multi link. The
@@ -19,7 +17,9 @@ type LinkInfo struct {
 	ID link.ID
 	// Program is the ID of the attached program.
 	Program ebpf.ProgramID
-	// Path is the binary as the kernel names it now (it follows renames).
+	// Path is the binary as the kernel names it now: it follows renames,
+	// and ends in " (deleted)" once the file the link holds is unlinked
+	// (a package upgrade replaces a library that way).
 	Path string
 	// Target is the index of the link's target in Link.Targets, and First
 	// the index of its first site there (non-zero when a target with more
@@ -42,9 +42,9 @@ func (l *Link) Info() ([]LinkInfo, error) {
 	if l.closed {
 		return nil, fmt.Errorf("attach: info of a closed link: %w", os.ErrClosed)
 	}
-	out := make([]LinkInfo, len(l.files))
-	for i, f := range l.files {
-		info, err := queryInfo(int(f.Fd()))
+	out := make([]LinkInfo, len(l.links))
+	for i, kl := range l.links {
+		info, err := infoOf(kl)
 		if err != nil {
 			return nil, fmt.Errorf("attach: info of the link for %s: %w", l.targets[l.spans[i].target].Path, err)
 		}
@@ -54,45 +54,26 @@ func (l *Link) Info() ([]LinkInfo, error) {
 	return out, nil
 }
 
-func queryInfo(fd int) (LinkInfo, error) {
-	// The first call gets the sizes, the second the contents.
-	var sizes bpfsys.UprobeMultiInfo
-	if errno := bpfsys.ObjInfo(fd, &sizes); errno != 0 {
-		return LinkInfo{}, errno
+// infoOf converts cilium/ebpf's info of a uprobe_multi link.
+func infoOf(kl link.Link) (LinkInfo, error) {
+	info, err := kl.Info()
+	if err != nil {
+		return LinkInfo{}, err
 	}
-	if link.Type(sizes.Type) != link.UprobeMultiType {
-		return LinkInfo{}, fmt.Errorf("link type %d is not uprobe_multi", sizes.Type)
+	um := info.UprobeMulti()
+	if um == nil {
+		return LinkInfo{}, fmt.Errorf("link %d has type %d, not uprobe_multi", info.ID, info.Type)
 	}
-	n := max(int(sizes.Count), 1)
-	path := make([]byte, max(sizes.PathSize, 1))
-	offsets := make([]uint64, n)
-	refCtr := make([]uint64, n)
-	cookies := make([]uint64, n)
-	info := bpfsys.UprobeMultiInfo{
-		Path:          bpfsys.Ptr(path),
-		PathSize:      uint32(len(path)),
-		Offsets:       bpfsys.Ptr(offsets),
-		RefCtrOffsets: bpfsys.Ptr(refCtr),
-		Cookies:       bpfsys.Ptr(cookies),
-		Count:         uint32(n),
+	li := LinkInfo{ID: info.ID, Program: info.Program, Path: um.File, Return: um.Flags&bpfsys.FlagUprobeMultiReturn != 0}
+	if pid, ok := um.Pid(); ok {
+		li.PID = pid
 	}
-	errno := bpfsys.ObjInfo(fd, &info)
-	runtime.KeepAlive(path)
-	runtime.KeepAlive(offsets)
-	runtime.KeepAlive(refCtr)
-	runtime.KeepAlive(cookies)
-	if errno != 0 {
-		return LinkInfo{}, errno
+	offs, _ := um.Offsets()
+	li.Offsets = make([]uint64, len(offs))
+	li.RefCtrOffsets = make([]uint64, len(offs))
+	li.Cookies = make([]uint64, len(offs))
+	for i, o := range offs {
+		li.Offsets[i], li.RefCtrOffsets[i], li.Cookies[i] = o.Offset, o.ReferenceCount, o.Cookie
 	}
-	n = int(info.Count)
-	return LinkInfo{
-		ID:            link.ID(info.ID),
-		Program:       ebpf.ProgramID(info.ProgID),
-		Path:          unix.ByteSliceToString(path),
-		Offsets:       offsets[:n],
-		RefCtrOffsets: refCtr[:n],
-		Cookies:       cookies[:n],
-		Return:        info.Flags&bpfsys.FlagUprobeMultiReturn != 0,
-		PID:           info.PID,
-	}, nil
+	return li, nil
 }

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,22 +83,11 @@ func LinkCreateUprobeMulti(l UprobeMulti) (int, unix.Errno) {
 	return int(fd), 0
 }
 
-// UprobeMultiInfo is the kernel's struct bpf_link_info with its uprobe_multi
-// member. (As of Linux 6.18 it has no missed-events count, unlike
-// kprobe_multi's.)
-type UprobeMultiInfo struct {
-	Type          uint32
-	ID            uint32
-	ProgID        uint32
-	_             uint32
-	Path          uint64
-	Offsets       uint64
-	RefCtrOffsets uint64
-	Cookies       uint64
-	PathSize      uint32
-	Count         uint32
-	Flags         uint32
-	PID           uint32
+// linkInfo is the head of the kernel's struct bpf_link_info, which is all
+// that LinkID asks for.
+type linkInfo struct {
+	typ, id, progID uint32
+	_               uint32
 }
 
 type objInfoAttr struct {
@@ -106,18 +96,14 @@ type objInfoAttr struct {
 	info    uint64
 }
 
-// ObjInfo fills info for the link fd. Set info's pointer and size fields to
-// Go memory (with Ptr) to receive the arrays; the caller keeps it alive.
-func ObjInfo(fd int, info *UprobeMultiInfo) unix.Errno {
-	attr := objInfoAttr{fd: uint32(fd), infoLen: uint32(unsafe.Sizeof(*info)), info: uint64(uintptr(unsafe.Pointer(info)))}
+// LinkID returns the kernel ID of the link fd.
+func LinkID(fd int) (link.ID, unix.Errno) {
+	var info linkInfo
+	attr := objInfoAttr{fd: uint32(fd), infoLen: uint32(unsafe.Sizeof(info)), info: uint64(uintptr(unsafe.Pointer(&info)))}
 	_, errno := bpf(cmdObjGetInfoByFD, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
-	runtime.KeepAlive(info)
-	return errno
+	runtime.KeepAlive(&info)
+	return link.ID(info.id), errno
 }
-
-// Ptr returns the address of s's first element for the kernel, or 0 for an
-// empty slice.
-func Ptr[T any](s []T) uint64 { return ptr(s) }
 
 func ptr[T any](s []T) uint64 {
 	if len(s) == 0 {
