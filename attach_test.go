@@ -472,9 +472,13 @@ func TestErrors(t *testing.T) {
 	})
 }
 
-// TestMain runs the unprivileged half of TestErrors/not_root when the test
-// binary is started as its child, instead of the tests.
+// TestMain runs the unprivileged half of TestErrors/not_root, or the agent
+// of TestPinAgentKilled, when the test binary is started as its child,
+// instead of the tests.
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(pinAgentEnv); dir != "" {
+		os.Exit(pinAgent(dir))
+	}
 	if os.Getenv("MULTIPROBE_UNPRIVILEGED_HELPER") == "1" {
 		probes, err := multiprobe.ParseProbes("uprobe:libc.so.6:malloc")
 		if err == nil {

@@ -88,4 +88,19 @@
 // loads the copies ([Link.Clones]), which share every map of the program
 // but the section. Every copy is verified again, so a plan of more than
 // [MaxClones] sites is refused there.
+//
+// # Probes that outlive the agent
+//
+// [Link.Pin] pins what a Link holds in a directory of a BPF filesystem:
+// its kernel links, the programs they run, its pid filter, the USDT spec
+// map, and a manifest (a frozen BPF array, since a BPF filesystem holds
+// nothing else) of its sites and of each binary's identity (device, inode,
+// size, modification time, build ID). The probes then stay attached when
+// the process exits or is killed, and [LoadPinnedLink] in the restarted
+// process gives the Link back, with its sites and its pid set as the
+// filter holds them. A pinned link holds the inode it was made on, so a
+// binary replaced since (an upgrade) is probed no more in new processes:
+// [Link.StaleFiles] says which. The kernel pins perf-event uprobes only as
+// BPF perf links (Linux 5.15+). A pinned Link's Close releases this
+// process's descriptors only; [Link.Unpin], then Close, detaches it.
 package multiprobe

@@ -26,17 +26,31 @@ import (
 // per-site copies on kernels without BPF cookies (see the package
 // documentation for each).
 type Link struct {
-	plan    *Plan
+	plan    *Plan         // nil for a Link taken back by LoadPinnedLink
 	prog    *ebpf.Program // as given to Attach
 	path    kernelprobe.Path
 	links   []*attach.Link   // uprobe_multi path
 	perSite []*fallback.Link // perf-event path
-	clones  []*ebpf.Program  // the copies of the program the link loaded
+	kinds   []Kind           // of links or perSite, in their order
+	// kernelPID is the pid the kernel filters by (Options.PID alone where
+	// it can), 0 for none.
+	kernelPID int
+	clones    []*ebpf.Program // the copies of the program the link loaded
 	// filtered is the copy with the link's pid filter, for every site,
 	// where the kernel has BPF cookies.
 	filtered *ebpf.Program
 	cloneFDs int           // held by the copies: each program, and its BTF
 	specIDs  *usdt.SpecIDs // the USDT sites' argument spec ids
+
+	// The rest is for pinning (see Pin): where l is pinned, "" if it is
+	// not; and for a Link taken back from there, its manifest, and what
+	// l holds that Attach did not load or make: the program, when it is
+	// not a copy, and the pid filter's maps.
+	pinDir   string
+	manifest *manifest
+	ownProg  bool
+	ownMaps  []*ebpf.Map
+	stale    []error
 
 	mu     sync.Mutex
 	filter *pidfilter.Filter // the link's own in-BPF pid filter, if it has one
@@ -86,7 +100,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 			return nil, err
 		}
 	}
-	l := &Link{plan: pl, path: pl.features.Path(), prog: prog}
+	l := &Link{plan: pl, path: pl.features.Path(), prog: prog, kernelPID: pl.kernelPID()}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Close())
@@ -132,6 +146,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 				return nil, pl.refusal(err)
 			}
 			l.links = append(l.links, al)
+			l.kinds = append(l.kinds, kind)
 			continue
 		}
 		pl.name(targets)
@@ -150,6 +165,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 			return nil, pl.refusal(err)
 		}
 		l.perSite = append(l.perSite, fl)
+		l.kinds = append(l.kinds, kind)
 	}
 	return l, nil
 }
@@ -184,7 +200,12 @@ func (pl *Plan) name(targets []target.Target) {
 
 // Sites returns the attached sites, as Plan.Sites does: a copy of its own
 // at each call; a site's index is its cookie.
-func (l *Link) Sites() []Site { return l.plan.Sites() }
+func (l *Link) Sites() []Site {
+	if l.plan == nil {
+		return cloneSites(l.manifest.sites)
+	}
+	return l.plan.Sites()
+}
 
 // Path returns the attach path used.
 func (l *Link) Path() kernelprobe.Path { return l.path }
@@ -217,6 +238,9 @@ func (l *Link) Clones() int { return len(l.clones) }
 // handle of the USDT spec table.
 func (l *Link) FDs() int {
 	n := l.cloneFDs
+	if l.ownProg {
+		n++
+	}
 	for _, al := range l.links {
 		n += al.FDs()
 	}
@@ -234,6 +258,10 @@ func (l *Link) FDs() int {
 
 // Close detaches every site, then frees the USDT spec ids and releases
 // the pids it holds in the pid filter. It may be called more than once.
+//
+// A pinned Link (see Pin) stays attached: Close releases only what this
+// process holds, its file descriptors, and leaves the probes, their pid
+// filter and USDT specs for LoadPinnedLink. Unpin first to detach.
 func (l *Link) Close() error {
 	var errs []error
 	for i := len(l.links) - 1; i >= 0; i-- {
@@ -249,8 +277,16 @@ func (l *Link) Close() error {
 	}
 	l.clones, l.filtered, l.cloneFDs = nil, nil, 0
 	if l.specIDs != nil {
-		errs = append(errs, l.specIDs.Release())
+		if l.pinDir != "" {
+			errs = append(errs, l.specIDs.Close())
+		} else {
+			errs = append(errs, l.specIDs.Release())
+		}
 		l.specIDs = nil
+	}
+	if l.ownProg {
+		errs = append(errs, l.prog.Close())
+		l.ownProg = false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -258,6 +294,10 @@ func (l *Link) Close() error {
 		errs = append(errs, l.filter.Close())
 		l.filter, l.pids = nil, nil
 	}
+	for _, m := range l.ownMaps {
+		errs = append(errs, m.Close())
+	}
+	l.ownMaps = nil
 	return errors.Join(errs...)
 }
 
@@ -345,7 +385,7 @@ func (l *Link) SetPIDs(pids ...int) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.filter == nil {
-		if k := l.plan.kernelPID(); k != 0 {
+		if k := l.kernelPID; k != 0 {
 			return fmt.Errorf("multiprobe: SetPIDs: the kernel filters this link by pid %d (Options.PID alone on Linux 6.10+); use Options.PIDs for a set that can change", k)
 		}
 		return fmt.Errorf("multiprobe: SetPIDs: %w: the link's plan has no Options.PIDs (give it some, even one, for a set that can change)", ErrNoPIDFilter)

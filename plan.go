@@ -109,6 +109,8 @@ type openFile struct {
 	real string // symlinks evaluated: two spellings of one file share it
 	f    *os.File
 	st   unix.Stat_t // at Resolve
+	// buildID is the file's GNU build ID, for a pinned Link's manifest.
+	buildID []byte
 }
 
 // changed reports whether the file was modified in place since Resolve.
@@ -228,6 +230,7 @@ func (r *resolver) resolve(p *Probe, target string) (planned, error) {
 			return planned{}, err
 		}
 		r.syms[of.real] = f
+		of.buildID = f.BuildID()
 	}
 	if pl.opts.Session && f.IsGo() && !pl.opts.GoKernelReturns {
 		return planned{}, fmt.Errorf("%s is a Go program: uprobe sessions: %w; attach entry and return probes instead", of.path, ErrGoReturn)

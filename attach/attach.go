@@ -341,7 +341,7 @@ func (l *Link) Close() error {
 	// A pinned link stays attached: wait only for the others.
 	var ids []link.ID
 	for i, kl := range l.links {
-		if p, ok := kl.(interface{ IsPinned() bool }); !ok || !p.IsPinned() {
+		if !bpfsys.Pinned(kl) {
 			ids = append(ids, l.ids[i])
 		}
 	}

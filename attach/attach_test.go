@@ -585,3 +585,74 @@ func TestLinksPinned(t *testing.T) {
 		t.Error("sites still counted after Unpin and Close")
 	}
 }
+
+// TestLoadPinned: Link.Pin and LoadPinned take a Link with a split target
+// back whole, and refuse targets the pinned links do not hold.
+func TestLoadPinned(t *testing.T) {
+	const n, calls = 100, 2
+	path, offsets, c := setup(t, n)
+	defer func(old int) { sitesPerLink = old }(sitesPerLink)
+	sitesPerLink = 30
+	dir := testutil.BPFFS(t)
+	l, err := UprobeMulti(c.CountEntry, []Target{{Path: path, Offsets: offsets}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Pin(dir); err != nil {
+		t.Fatal(err)
+	}
+	want, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := l.Targets()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	wrong := ts.Clone()
+	wrong[0].Offsets = slices.Clone(wrong[0].Offsets)
+	wrong[0].Offsets[50]++
+	if _, err := LoadPinned(dir, wrong); !errors.Is(err, ErrPinMismatch) {
+		t.Errorf("LoadPinned with another offset: %v, want ErrPinMismatch", err)
+	}
+	back, err := LoadPinned(dir, ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := back.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || len(got) != 4 {
+		t.Fatalf("taken back %d links, want %d (4)", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].ID != want[i].ID || got[i].First != want[i].First || !slices.Equal(got[i].Offsets, want[i].Offsets) {
+			t.Errorf("link %d taken back as ID %d from site %d, want ID %d from %d", i, got[i].ID, got[i].First, want[i].ID, want[i].First)
+		}
+	}
+	run(t, path, n, calls)
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range counts {
+		if w := uint64(testprogs.ExpectedCalls(i, calls)); got != w {
+			t.Fatalf("site %s: %d calls, want %d", testprogs.FuncName(i), got, w)
+		}
+	}
+	if err := back.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		// The kernel's own iterators (bpf_preload) are in every mount.
+		if !strings.HasSuffix(e.Name(), ".debug") {
+			t.Errorf("pin %s left after Unpin", e.Name())
+		}
+	}
+}

@@ -244,6 +244,10 @@ func (f *File) IsGo() bool { return f.goCode != nil }
 // Path returns the path or name the File was opened with.
 func (f *File) Path() string { return f.path }
 
+// BuildID returns the file's GNU build ID (the NT_GNU_BUILD_ID note), nil
+// if it has none.
+func (f *File) BuildID() []byte { return bytes.Clone(f.buildID) }
+
 // Machine returns the architecture the file was built for.
 func (f *File) Machine() elf.Machine { return f.machine }
 

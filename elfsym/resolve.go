@@ -77,6 +77,17 @@ func (m Move) String() string {
 // MarshalText makes a Move print by name in JSON.
 func (m Move) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
+// UnmarshalText reads what MarshalText wrote.
+func (m *Move) UnmarshalText(text []byte) error {
+	for v := range KeptIFuncResolver + 1 {
+		if v.String() == string(text) {
+			*m = v
+			return nil
+		}
+	}
+	return fmt.Errorf("elfsym: %q is not a Move", text)
+}
+
 // String returns the site as NAME@OFFSET.
 func (s Site) String() string {
 	return fmt.Sprintf("%s@%#x", s.Name, s.Offset)

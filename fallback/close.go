@@ -49,8 +49,8 @@ func closeLinks(links []link.Link, p *progress) error {
 				events[i] = f
 			}
 		}
-		if info, err := lk.Info(); err == nil {
-			ids[i] = info.ID // a BPF perf link (5.15+)
+		if info, err := lk.Info(); err == nil && !bpfsys.Pinned(lk) {
+			ids[i] = info.ID // a BPF perf link (5.15+) that goes with Close
 		}
 		errs[i] = lk.Close()
 	})

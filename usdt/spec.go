@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
+	"slices"
 
 	"github.com/cilium/ebpf"
 
@@ -389,6 +391,77 @@ func writeSpec(m *ebpf.Map, id uint32, sp Spec, refs uint32) error {
 	binary.NativeEndian.PutUint32(b[SpecSize-4:], refs)
 	if err := m.Update(id, b, ebpf.UpdateExist); err != nil {
 		return fmt.Errorf("usdt: writing spec %d to %s: %w", id, SpecMapName, err)
+	}
+	return nil
+}
+
+// Close drops s's handle of the map and keeps its references, for a holder
+// whose sites stay attached after it is gone (a pinned multiprobe Link):
+// HeldSpecs takes them back. Close and Release are idempotent, and after
+// either the other does nothing.
+func (s *SpecIDs) Close() error {
+	if s == nil || s.m == nil {
+		return nil
+	}
+	err := s.m.Close()
+	s.m, s.ids, s.distinct = nil, nil, nil
+	s.mu.Release()
+	return err
+}
+
+// HeldSpecs takes back the references that a holder, now gone, took with
+// AcquireSpecs and kept with Close: ids are its IDs. Each id must still be
+// held in m. The result holds its own handle of m; Release it, or Close
+// it to keep the references again.
+func HeldSpecs(m *ebpf.Map, ids []uint32) (*SpecIDs, error) {
+	if m == nil {
+		return nil, fmt.Errorf("usdt: nil spec map: %w", ErrBadSpecMap)
+	}
+	if err := checkSpecMap(m.Type(), m.KeySize(), m.ValueSize()); err != nil {
+		return nil, err
+	}
+	s := &SpecIDs{ids: slices.Clone(ids)}
+	seen := map[uint32]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		var raw [SpecSize]byte
+		if err := m.Lookup(id, raw[:]); err != nil {
+			return nil, fmt.Errorf("usdt: reading spec %d of %s: %w", id, SpecMapName, err)
+		}
+		if binary.NativeEndian.Uint32(raw[SpecSize-4:]) == 0 {
+			return nil, fmt.Errorf("usdt: spec %d of %s is held by nobody, so it is not the one taken back: %w", id, SpecMapName, ErrBadSpecMap)
+		}
+		s.distinct = append(s.distinct, id)
+	}
+	mu, err := maplock.For(m)
+	if err != nil {
+		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+	}
+	own, err := m.Clone()
+	if err != nil {
+		mu.Release()
+		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+	}
+	s.m, s.mu = own, mu
+	return s, nil
+}
+
+// Pin pins the spec map s holds ids in at path, on a BPF filesystem, for
+// HeldSpecs to take back from.
+func (s *SpecIDs) Pin(path string) error {
+	if s == nil || s.m == nil {
+		return fmt.Errorf("usdt: pin of released spec ids: %w", os.ErrClosed)
+	}
+	c, err := s.m.Clone() // a clone has no pin of its own to move
+	if err != nil {
+		return fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+	}
+	defer c.Close()
+	if err := c.Pin(path); err != nil {
+		return fmt.Errorf("usdt: pinning %s: %w", SpecMapName, err)
 	}
 	return nil
 }

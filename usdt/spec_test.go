@@ -265,3 +265,52 @@ func TestConfigureCollection(t *testing.T) {
 		t.Fatalf("missing map: %v, want ErrBadSpecMap", err)
 	}
 }
+
+// TestHeldSpecs: a holder that Closes keeps its references, as a pinned
+// link's sites need; HeldSpecs takes them back, and Release then frees
+// them. An id nobody holds is not taken back.
+func TestHeldSpecs(t *testing.T) {
+	probetest.RequireBPF(t)
+	m, err := ebpf.NewMap(SpecMapSpec(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	spec := func(v int64) Spec {
+		s, _ := NewSpec([]Arg{{Size: 8, Kind: ArgConst, Value: v, RegOffset: -1, IndexOffset: -1}})
+		return s
+	}
+	a, err := AcquireSpecs(m, []Spec{spec(1), spec(1), spec(2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := slices.Clone(a.IDs())
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Release(); err != nil {
+		t.Fatalf("Release after Close: %v", err)
+	}
+	if _, refs, _ := readSpecs(m); !slices.Equal(refs, []uint32{0, 1, 1, 0}) {
+		t.Fatalf("after Close: refs %v, want them kept", refs)
+	}
+	back, err := HeldSpecs(m, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.IDs(), ids) {
+		t.Errorf("taken back ids %v, want %v", back.IDs(), ids)
+	}
+	if err := back.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if table, refs, _ := readSpecs(m); !slices.Equal(refs, []uint32{0, 0, 0, 0}) || table[1] != (Spec{}) {
+		t.Fatalf("after Release: refs %v, spec 1 %v", refs, table[1])
+	}
+	if _, err := HeldSpecs(m, []uint32{1}); !errors.Is(err, ErrBadSpecMap) {
+		t.Errorf("HeldSpecs of an id nobody holds: %v, want ErrBadSpecMap", err)
+	}
+	if _, err := HeldSpecs(m, []uint32{9}); err == nil {
+		t.Error("HeldSpecs of an id past the map: no error")
+	}
+}

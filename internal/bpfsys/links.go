@@ -3,6 +3,8 @@ package bpfsys
 import (
 	"errors"
 	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/cilium/ebpf/link"
@@ -37,4 +39,26 @@ func WaitLinksFreed(ids []link.ID) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+}
+
+// Pinned reports whether l is pinned by this process (cilium/ebpf's links
+// remember where): such a link stays attached after Close, so there is
+// nothing to wait for.
+func Pinned(l link.Link) bool {
+	p, ok := l.(interface{ IsPinned() bool })
+	return ok && p.IsPinned()
+}
+
+// PinAll pins links[i] as dir/i, all or nothing: on error the pins made
+// are removed and the error names the index that failed.
+func PinAll(links []link.Link, dir string) (int, error) {
+	for i, kl := range links {
+		if err := kl.Pin(filepath.Join(dir, strconv.Itoa(i))); err != nil {
+			for _, done := range links[:i] {
+				_ = done.Unpin()
+			}
+			return i, err
+		}
+	}
+	return 0, nil
 }

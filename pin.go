@@ -1,0 +1,589 @@
+package multiprobe
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/fallback"
+	"github.com/multiprobe/multiprobe/internal/target"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/pidfilter"
+	"github.com/multiprobe/multiprobe/usdt"
+	"golang.org/x/sys/unix"
+)
+
+// What Pin leaves in its directory. A BPF filesystem holds only BPF
+// objects, so the manifest is a map too: a frozen array of manifestChunk
+// byte values holding the gzip'ed JSON.
+const (
+	pinManifest  = "manifest"
+	pinProgram   = "prog"       // prog0, prog1, ...: the attached programs
+	pinPIDs      = "pids"       // the link's own pid filter
+	pinAllPIDs   = "pids_all"   //
+	pinUSDTSpecs = "usdt_specs" // the spec map the USDT sites' ids are in
+	// The kernel links of the entry and return sites, in directories of
+	// these names: attach.Link.Pin or fallback.Link.Pin lay them out.
+	pinEntry  = "entry"
+	pinReturn = "return"
+
+	manifestChunk = 4096
+	// bpfFSMagic is BPF_FS_MAGIC and rdonlyProg BPF_F_RDONLY_PROG
+	// (include/uapi/linux/magic.h, bpf.h), as numbers so that the package
+	// builds where x/sys/unix has no Linux names.
+	bpfFSMagic = 0xcafe4a11
+	rdonlyProg = 1 << 7
+	// maxManifest bounds the manifest's JSON, about 300 bytes per site.
+	maxManifest = 1 << 30
+	// pinVersion is the manifest's format. LoadPinnedLink refuses others.
+	pinVersion = 1
+)
+
+var (
+	// ErrNotPinned: there is no pinned Link in the directory given to
+	// LoadPinnedLink, or Unpin was called on a Link that is not pinned.
+	ErrNotPinned = errors.New("no pinned multiprobe link")
+	// ErrPinVersion: the directory holds a Link pinned by a version of
+	// multiprobe whose manifest this one does not read.
+	ErrPinVersion = errors.New("pinned by another version of multiprobe")
+)
+
+// manifest is what LoadPinnedLink needs besides the kernel's objects to
+// give back the Link: its sites and how they were attached, and the
+// identity of each binary, to tell whether it changed since.
+type manifest struct {
+	Version   int                  `json:"version"`
+	Features  kernelprobe.Features `json:"features"`
+	KernelPID int                  `json:"kernel_pid,omitempty"`
+	Programs  int                  `json:"programs"`
+	Clones    bool                 `json:"clones,omitempty"`
+	Filter    bool                 `json:"filter,omitempty"`
+	USDTIDs   []uint32             `json:"usdt_ids,omitempty"`
+	Files     []fileID             `json:"files"`
+	Units     []pinnedUnit         `json:"units"`
+	Probes    []Probe              `json:"probes"`
+	Sites     []pinnedSite         `json:"sites"`
+
+	sites []Site // Sites, as a Link reports them
+}
+
+// fileID is what identifies a binary: a pinned link holds the inode it was
+// made on, whatever the path names later.
+type fileID struct {
+	Path    string `json:"path"`
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size"`
+	MtimeNs int64  `json:"mtime_ns"`
+	BuildID string `json:"build_id,omitempty"`
+}
+
+// pinnedUnit is one attach.Link or fallback.Link: one kind of probe.
+type pinnedUnit struct {
+	Kind    Kind           `json:"kind"`
+	Targets []pinnedTarget `json:"targets"`
+}
+
+type pinnedTarget struct {
+	File          int      `json:"file"` // index in manifest.Files
+	Offsets       []uint64 `json:"offsets"`
+	RefCtrOffsets []uint64 `json:"ref_ctr_offsets,omitempty"`
+	Cookies       []uint64 `json:"cookies"`
+}
+
+type pinnedSite struct {
+	Name         string       `json:"name"`
+	Names        []string     `json:"names,omitempty"`
+	Offset       uint64       `json:"offset"`
+	Probe        int          `json:"probe"` // index in manifest.Probes
+	Path         string       `json:"path"`
+	Cookie       uint64       `json:"cookie"`
+	Moved        elfsym.Move  `json:"moved,omitempty"`
+	Note         string       `json:"note,omitempty"`
+	Returns      []uint64     `json:"returns,omitempty"`
+	RefCtrOffset uint64       `json:"ref_ctr_offset,omitempty"`
+	Symbol       *elfsym.Site `json:"symbol,omitempty"`
+	USDT         *usdt.Site   `json:"usdt,omitempty"`
+}
+
+// Pin pins everything the link holds in dir, a directory on a BPF
+// filesystem (created if missing): the kernel links, the programs they
+// run, the link's pid filter, the USDT spec map its sites' ids are in,
+// and a manifest of its sites and binaries. The probes then stay attached
+// after Close and after this process exits, for LoadPinnedLink to take
+// back, until Unpin. Pin is all or nothing.
+//
+// Pinning needs links the kernel can pin: perf-event uprobes are not links
+// before Linux 5.15, and Pin fails there with an error wrapping
+// fallback.ErrPinUnsupported.
+//
+// The user's own maps (counters, histograms) are the user's to pin, with
+// ebpf.Map.Pin or cilium/ebpf's MapOptions.PinPath.
+func (l *Link) Pin(dir string) (err error) {
+	if len(l.links)+len(l.perSite) == 0 {
+		return fmt.Errorf("multiprobe: pin of a closed link: %w", os.ErrClosed)
+	}
+	if l.pinDir != "" {
+		return fmt.Errorf("multiprobe: the link is pinned at %s already: Unpin it first", l.pinDir)
+	}
+	m := l.manifest
+	if m == nil {
+		if m, err = l.buildManifest(); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			err = fmt.Errorf("%w (a BPF filesystem refuses names with a dot)", err)
+		}
+		return fmt.Errorf("multiprobe: %w", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("multiprobe: %w", err)
+	}
+	if uint32(st.Type) != bpfFSMagic {
+		return fmt.Errorf("multiprobe: %s is not on a BPF filesystem (mount one with mount -t bpf bpf /sys/fs/bpf): %w", dir, unix.EINVAL)
+	}
+	if _, err := os.Stat(filepath.Join(dir, pinManifest)); err == nil {
+		return fmt.Errorf("multiprobe: %s holds a pinned link already: %w", dir, os.ErrExist)
+	}
+	l.pinDir = dir
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("multiprobe: pinning in %s: %w", dir, err), l.Unpin())
+		}
+	}()
+	for i, p := range l.Programs() {
+		if err := pinClone(p, filepath.Join(dir, pinProgram+strconv.Itoa(i))); err != nil {
+			return err
+		}
+	}
+	if l.filter != nil {
+		if err := pinClone(l.filter.Map(), filepath.Join(dir, pinPIDs)); err != nil {
+			return err
+		}
+		if err := pinClone(l.filter.AllMap(), filepath.Join(dir, pinAllPIDs)); err != nil {
+			return err
+		}
+	}
+	if l.specIDs != nil {
+		if err := l.specIDs.Pin(filepath.Join(dir, pinUSDTSpecs)); err != nil {
+			return err
+		}
+	}
+	for i, kind := range l.kinds {
+		sub := filepath.Join(dir, unitDir(kind))
+		if err := os.Mkdir(sub, 0o700); err != nil {
+			return err
+		}
+		if l.path == kernelprobe.PathUprobeMulti {
+			err = l.links[i].Pin(sub)
+		} else {
+			err = l.perSite[i].Pin(sub)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// Last, so that a manifest means a complete pin.
+	return writeManifest(m, filepath.Join(dir, pinManifest))
+}
+
+func unitDir(k Kind) string {
+	if k == Return {
+		return pinReturn
+	}
+	return pinEntry
+}
+
+// pinClone pins a duplicate of obj: pinning obj itself would move a pin
+// its owner made elsewhere.
+func pinClone[T interface {
+	Clone() (T, error)
+	Pin(string) error
+	Close() error
+}](obj T, path string) error {
+	c, err := obj.Clone()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Pin(path)
+}
+
+// Unpin removes what Pin pinned, so that Close detaches the probes and
+// frees what they hold, and removes the directory if that leaves it
+// empty. The Link stays attached until Close.
+func (l *Link) Unpin() error {
+	dir := l.pinDir
+	if dir == "" {
+		return fmt.Errorf("multiprobe: Unpin: %w", ErrNotPinned)
+	}
+	var errs []error
+	for _, al := range l.links {
+		errs = append(errs, al.Unpin())
+	}
+	for _, fl := range l.perSite {
+		errs = append(errs, fl.Unpin())
+	}
+	names := []string{pinManifest, pinPIDs, pinAllPIDs, pinUSDTSpecs, pinEntry, pinReturn}
+	for i := range max(len(l.Programs()), 1) {
+		names = append(names, pinProgram+strconv.Itoa(i))
+	}
+	for _, name := range names {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
+		errs = append(errs, err)
+	}
+	l.pinDir = ""
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("multiprobe: unpinning %s: %w", dir, err)
+	}
+	return nil
+}
+
+// buildManifest describes l for LoadPinnedLink.
+func (l *Link) buildManifest() (*manifest, error) {
+	pl := l.plan
+	m := &manifest{
+		Version:   pinVersion,
+		Features:  pl.features,
+		KernelPID: l.kernelPID,
+		Programs:  len(l.Programs()),
+		Clones:    len(l.clones) > 0,
+		Filter:    l.filter != nil,
+	}
+	if l.specIDs != nil {
+		m.USDTIDs = l.specIDs.IDs()
+	}
+	files := map[*os.File]int{}
+	for _, of := range pl.files {
+		files[of.f] = len(m.Files)
+		m.Files = append(m.Files, fileID{
+			Path: of.path, Dev: uint64(of.st.Dev), Ino: of.st.Ino, Size: of.st.Size,
+			MtimeNs: unix.TimespecToNsec(of.st.Mtim), BuildID: hex.EncodeToString(of.buildID),
+		})
+	}
+	for i, kind := range l.kinds {
+		var ts target.Targets
+		if l.path == kernelprobe.PathUprobeMulti {
+			ts = l.links[i].Targets()
+		} else {
+			ts = l.perSite[i].Targets()
+		}
+		u := pinnedUnit{Kind: kind}
+		for _, t := range ts {
+			fi, ok := files[t.File]
+			if !ok {
+				return nil, fmt.Errorf("multiprobe: pin: %s is not one of the plan's files", t.Path)
+			}
+			u.Targets = append(u.Targets, pinnedTarget{File: fi, Offsets: t.Offsets, RefCtrOffsets: t.RefCtrOffsets, Cookies: t.Cookies})
+		}
+		m.Units = append(m.Units, u)
+	}
+	probes := map[*Probe]int{}
+	for _, s := range pl.siteTable() {
+		pi, ok := probes[s.Probe]
+		if !ok {
+			pi = len(m.Probes)
+			probes[s.Probe] = pi
+			m.Probes = append(m.Probes, *s.Probe)
+		}
+		m.Sites = append(m.Sites, pinnedSite{
+			Name: s.Name, Names: s.Names, Offset: s.Offset, Probe: pi, Path: s.Path, Cookie: s.Cookie,
+			Moved: s.Moved, Note: s.Note, Returns: s.Returns, RefCtrOffset: s.RefCtrOffset, Symbol: s.Symbol, USDT: s.USDT,
+		})
+	}
+	return m, nil
+}
+
+// writeManifest stores m, gzip'ed JSON, in a frozen array map pinned at
+// path.
+func writeManifest(m *manifest, path string) error {
+	data, err := encodeManifest(m)
+	if err != nil {
+		return err
+	}
+	n := (len(data) + manifestChunk - 1) / manifestChunk
+	data = append(data, make([]byte, n*manifestChunk-len(data))...)
+	mm, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name: "mp_manifest", Type: ebpf.Array, KeySize: 4, ValueSize: manifestChunk, MaxEntries: uint32(n),
+		Flags: rdonlyProg,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manifest map: %w", err)
+	}
+	defer mm.Close()
+	for i := range n {
+		if err := mm.Put(uint32(i), data[i*manifestChunk:(i+1)*manifestChunk]); err != nil {
+			return fmt.Errorf("writing the manifest: %w", err)
+		}
+	}
+	// Frozen, nobody changes it; a kernel too old to freeze maps
+	// (before 5.2) has no uprobe links to pin either.
+	if err := mm.Freeze(); err != nil {
+		return fmt.Errorf("freezing the manifest: %w", err)
+	}
+	return mm.Pin(path)
+}
+
+// encodeManifest is m as gzip'ed JSON after its length.
+func encodeManifest(m *manifest) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if err := json.NewEncoder(zw).Encode(m); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return append(binary.NativeEndian.AppendUint64(nil, uint64(buf.Len())), buf.Bytes()...), nil
+}
+
+// readManifest reads what writeManifest wrote.
+func readManifest(path string) (*manifest, error) {
+	mm, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", filepath.Dir(path), ErrNotPinned)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer mm.Close()
+	if mm.Type() != ebpf.Array || mm.KeySize() != 4 || mm.ValueSize() != manifestChunk || mm.MaxEntries() == 0 {
+		return nil, fmt.Errorf("%s is not a multiprobe manifest: %w", path, ErrNotPinned)
+	}
+	data := make([]byte, 0, int(mm.MaxEntries())*manifestChunk)
+	chunk := make([]byte, manifestChunk)
+	for i := range mm.MaxEntries() {
+		if err := mm.Lookup(i, chunk); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", path, err)
+		}
+		data = append(data, chunk...)
+	}
+	m, err := decodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return m, nil
+}
+
+// decodeManifest decodes the bytes of the manifest map, which anyone with
+// access to the BPF filesystem could have written.
+func decodeManifest(data []byte) (*manifest, error) {
+	if len(data) < 8 {
+		return nil, fmt.Errorf("not a multiprobe manifest (%d bytes): %w", len(data), ErrNotPinned)
+	}
+	size := binary.NativeEndian.Uint64(data)
+	if size > uint64(len(data)-8) {
+		return nil, fmt.Errorf("not a multiprobe manifest (length %d): %w", size, ErrNotPinned)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data[8 : 8+size]))
+	if err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, maxManifest+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxManifest {
+		return nil, fmt.Errorf("manifest larger than %d bytes: %w", maxManifest, ErrNotPinned)
+	}
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return nil, err
+	}
+	if head.Version != pinVersion {
+		return nil, fmt.Errorf("manifest version %d, this multiprobe reads %d: %w", head.Version, pinVersion, ErrPinVersion)
+	}
+	m := &manifest{}
+	if err := json.Unmarshal(raw, m); err != nil {
+		return nil, err
+	}
+	return m, m.check()
+}
+
+// check refuses a manifest whose indexes point nowhere, and builds its
+// sites.
+func (m *manifest) check() error {
+	for _, u := range m.Units {
+		if u.Kind != Entry && u.Kind != Return {
+			return fmt.Errorf("manifest: a unit of kind %v: %w", u.Kind, ErrNotPinned)
+		}
+		for _, t := range u.Targets {
+			if t.File < 0 || t.File >= len(m.Files) || len(t.Cookies) != len(t.Offsets) ||
+				(t.RefCtrOffsets != nil && len(t.RefCtrOffsets) != len(t.Offsets)) {
+				return fmt.Errorf("manifest: a target of %d offsets is malformed: %w", len(t.Offsets), ErrNotPinned)
+			}
+		}
+	}
+	m.sites = make([]Site, len(m.Sites))
+	for i, s := range m.Sites {
+		if s.Probe < 0 || s.Probe >= len(m.Probes) {
+			return fmt.Errorf("manifest: site %s has probe %d of %d: %w", s.Name, s.Probe, len(m.Probes), ErrNotPinned)
+		}
+		m.sites[i] = Site{
+			Name: s.Name, Names: s.Names, Offset: s.Offset, Probe: &m.Probes[s.Probe], Path: s.Path, Cookie: s.Cookie,
+			Moved: s.Moved, Note: s.Note, Returns: s.Returns, RefCtrOffset: s.RefCtrOffset, Symbol: s.Symbol, USDT: s.USDT,
+		}
+	}
+	return nil
+}
+
+// targets are unit u's targets as attach and fallback take them back.
+func (m *manifest) targets(u pinnedUnit) []target.Target {
+	ts := make([]target.Target, len(u.Targets))
+	for i, t := range u.Targets {
+		ts[i] = target.Target{Path: m.Files[t.File].Path, Offsets: t.Offsets, RefCtrOffsets: t.RefCtrOffsets, Cookies: t.Cookies}
+	}
+	return ts
+}
+
+// LoadPinnedLink takes back a Link that Link.Pin pinned in dir, in this
+// process or another (an agent that restarted): it has the same Sites,
+// PIDs and Programs, and SetPIDs works on it, while the probes never went
+// off. It is pinned: Close releases this process's descriptors and leaves
+// the probes attached; Unpin, then Close, detaches them.
+//
+// A pinned link holds the file it was made on: after an upgrade that
+// replaced a binary (a new inode at its path), its sites probe the old
+// file, which only processes started before still run. LoadPinnedLink
+// compares every binary with what the manifest recorded, and StaleFiles
+// reports the ones that changed.
+//
+// Errors wrap ErrNotPinned (nothing pinned in dir), ErrPinVersion, or
+// attach.ErrPinMismatch (the kernel's links do not hold the manifest's
+// sites).
+func LoadPinnedLink(dir string) (_ *Link, err error) {
+	m, err := readManifest(filepath.Join(dir, pinManifest))
+	if err != nil {
+		return nil, fmt.Errorf("multiprobe: %w", err)
+	}
+	l := &Link{path: m.Features.Path(), kernelPID: m.KernelPID, pinDir: dir, manifest: m}
+	defer func() {
+		if err != nil {
+			err = errors.Join(fmt.Errorf("multiprobe: taking back the link pinned in %s: %w", dir, err), l.Close())
+		}
+	}()
+	for i := range m.Programs {
+		p, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram+strconv.Itoa(i)), nil)
+		if err != nil {
+			return nil, err
+		}
+		if m.Clones {
+			l.clones = append(l.clones, p)
+			l.cloneFDs++
+		} else {
+			l.prog, l.ownProg = p, true
+		}
+	}
+	if m.Filter {
+		pids, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinPIDs), nil)
+		if err != nil {
+			return nil, err
+		}
+		l.ownMaps = append(l.ownMaps, pids)
+		all, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinAllPIDs), nil)
+		if err != nil {
+			return nil, err
+		}
+		l.ownMaps = append(l.ownMaps, all)
+		if l.filter, err = pidfilter.New(pids, all); err != nil {
+			return nil, err
+		}
+		if l.pids, err = l.filter.PIDs(); err != nil {
+			return nil, err
+		}
+	}
+	if m.USDTIDs != nil {
+		sm, err := ebpf.LoadPinnedMap(filepath.Join(dir, pinUSDTSpecs), nil)
+		if err != nil {
+			return nil, err
+		}
+		l.specIDs, err = usdt.HeldSpecs(sm, m.USDTIDs)
+		sm.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, u := range m.Units {
+		sub := filepath.Join(dir, unitDir(u.Kind))
+		if l.path == kernelprobe.PathUprobeMulti {
+			al, err := attach.LoadPinned(sub, m.targets(u))
+			if err != nil {
+				return nil, err
+			}
+			l.links = append(l.links, al)
+		} else {
+			fl, err := fallback.LoadPinned(sub, m.targets(u))
+			if err != nil {
+				return nil, err
+			}
+			l.perSite = append(l.perSite, fl)
+		}
+		l.kinds = append(l.kinds, u.Kind)
+	}
+	l.stale = l.checkFiles()
+	return l, nil
+}
+
+// checkFiles compares each binary with the manifest: by the kernel's name
+// of the file a uprobe_multi link holds, which ends in " (deleted)" once
+// the file is unlinked, and by what its path names now.
+func (l *Link) checkFiles() []error {
+	m := l.manifest
+	var errs []error
+	deleted := map[string]bool{}
+	for _, al := range l.links {
+		infos, err := al.Info()
+		if err != nil {
+			continue
+		}
+		for _, in := range infos {
+			if strings.HasSuffix(in.Path, " (deleted)") {
+				deleted[al.Targets()[in.Target].Path] = true
+			}
+		}
+	}
+	for _, f := range m.Files {
+		var st unix.Stat_t
+		err := unix.Stat(f.Path, &st)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w: %w", f.Path, ErrFileChanged, err))
+		case uint64(st.Dev) != f.Dev || st.Ino != f.Ino:
+			errs = append(errs, fmt.Errorf("%s: now inode %d on device %#x, pinned on inode %d on %#x (replaced, as an upgrade does): the pinned links probe the old file, which only processes started before run; resolve and attach again for the new one: %w",
+				f.Path, st.Ino, st.Dev, f.Ino, f.Dev, ErrFileChanged))
+		case st.Size != f.Size || unix.TimespecToNsec(st.Mtim) != f.MtimeNs:
+			errs = append(errs, fmt.Errorf("%s: modified in place since it was pinned (size %d, was %d): %w", f.Path, st.Size, f.Size, ErrFileChanged))
+		case deleted[f.Path]:
+			errs = append(errs, fmt.Errorf("%s: the file the pinned links hold was deleted: %w", f.Path, ErrFileChanged))
+		}
+	}
+	return errs
+}
+
+// StaleFiles returns, for a Link taken back with LoadPinnedLink, an error
+// for each binary that changed since it was pinned, wrapping
+// ErrFileChanged and saying what changed. Its sites probe the file as it
+// was; Resolve and Attach again to probe the new one. Nil for a Link that
+// Attach made, or whose binaries are as they were.
+func (l *Link) StaleFiles() []error { return l.stale }
