@@ -20,7 +20,8 @@ func testManifest() *manifest {
 		Sites: []pinnedSite{
 			{Name: "memcpy", Names: []string{"memcpy", "memmove"}, Offset: 0x100, Path: "/usr/lib/libc.so.6", Moved: elfsym.MovedIFunc,
 				Symbol: &elfsym.Site{Name: "memcpy", Offset: 0x100, Moved: elfsym.MovedIFunc}},
-			{Name: "libc:setjmp", Offset: 0x200, Probe: 1, Cookie: 1, USDT: &usdt.Site{Offset: 0x200, ArgString: "8@%rdi"}},
+			{Name: "libc:setjmp", Offset: 0x200, Probe: 1, Cookie: 1, USDT: &usdt.Site{Offset: 0x200, ArgString: "8@%rdi",
+				Args: []usdt.Arg{{Spec: "8@%rdi", Size: 8, Kind: usdt.ArgReg, Reg: "rdi", RegOffset: 112, IndexOffset: -1}}}},
 		},
 	}
 }

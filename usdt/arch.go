@@ -45,6 +45,21 @@ func (a Arch) String() string {
 // MarshalText makes Arch print by name in JSON listings.
 func (a Arch) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 
+// UnmarshalText reads what MarshalText wrote.
+func (a *Arch) UnmarshalText(text []byte) error {
+	for v, name := range archNames {
+		if name == string(text) {
+			*a = Arch(v)
+			return nil
+		}
+	}
+	return fmt.Errorf("usdt: %q is not an architecture", text)
+}
+
+// IPOffset is the offset of the instruction pointer in the kernel's struct
+// pt_regs of a, which a uprobe program's context is; -1 for ArchUnknown.
+func (a Arch) IPOffset() int16 { return ipOffset(a) }
+
 // archOf maps an ELF machine to an Arch. Only 64-bit ELF files are
 // accepted: the BPF side reads 64-bit registers.
 func archOf(f *elf.File) (Arch, error) {

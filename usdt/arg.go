@@ -46,6 +46,17 @@ func (k ArgKind) String() string {
 // MarshalText makes ArgKind print by name in JSON listings.
 func (k ArgKind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
+// UnmarshalText reads what MarshalText wrote.
+func (k *ArgKind) UnmarshalText(text []byte) error {
+	for v := ArgConst; v <= ArgSIB; v++ {
+		if v.String() == string(text) {
+			*k = v
+			return nil
+		}
+	}
+	return fmt.Errorf("usdt: %q is not an argument kind", text)
+}
+
 // Arg is one decoded argument of a probe site, such as "-4@8(%rbp)".
 type Arg struct {
 	// Spec is the text the argument was decoded from.
