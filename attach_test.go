@@ -134,9 +134,9 @@ func funcIndex(t testing.TB, name string) int {
 	return i
 }
 
-func runTarget(t testing.TB, path string, calls int) {
+func runTarget(t testing.TB, path string, calls int, args ...string) {
 	t.Helper()
-	out, err := exec.Command(path, fmt.Sprint(calls)).CombinedOutput()
+	out, err := exec.Command(path, append([]string{fmt.Sprint(calls)}, args...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %d: %v\n%s", path, calls, err, out)
 	}

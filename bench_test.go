@@ -13,6 +13,7 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
@@ -312,4 +313,97 @@ func nativeAndPerfEvent(tb testing.TB) (native, perf kernelprobe.Features) {
 	perf = native
 	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
 	return native, perf
+}
+
+// BenchmarkPinned measures, for 10,000 sites of one binary on the
+// uprobe_multi path, what an agent pays to get its probes back after a
+// restart (op=restore: LoadPinnedLink, then Close leaving them pinned) and
+// to change them (op=update: Update to a set with one site fewer, or
+// back), against attaching them anew (op=attach: Attach, then Close).
+// All three load the program copy with the generation check
+// (Options.Updatable) where they attach.
+func BenchmarkPinned(b *testing.B) {
+	probetest.RequireBPF(b)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if f.Path() != kernelprobe.PathUprobeMulti {
+		b.Skip("uprobe_multi path only")
+	}
+	const n = 10_000
+	target, _, probes := benchTarget(b, n)
+	fewer, err := multiprobe.ParseProbes("uprobe:" + target + ":func_*,!" + testprogs.FuncName(n-1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec, err := testprogs.CounterSpec()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var plans []*multiprobe.Plan
+	for _, p := range [][]multiprobe.Probe{probes, fewer} {
+		pl, err := multiprobe.Resolve(p, &multiprobe.Options{Updatable: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pl.Close()
+		if err := pl.Prepare(spec); err != nil {
+			b.Fatal(err)
+		}
+		plans = append(plans, pl)
+	}
+	c, err := testprogs.NewCounter(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+
+	b.Run("op=attach", func(b *testing.B) {
+		for b.Loop() {
+			l, err := plans[0].Attach(c.CountEntry)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Close()
+		}
+	})
+	b.Run("op=restore", func(b *testing.B) {
+		dir := testutil.BPFFS(b) + "/agent"
+		l, err := plans[0].Attach(c.CountEntry)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Pin(dir); err != nil {
+			b.Fatal(err)
+		}
+		l.Close()
+		for b.Loop() {
+			back, err := multiprobe.LoadPinnedLink(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			back.Close()
+		}
+		back, err := multiprobe.LoadPinnedLink(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		back.Unpin()
+		back.Close()
+	})
+	b.Run("op=update", func(b *testing.B) {
+		l, err := plans[0].Attach(c.CountEntry)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		i := 0
+		for b.Loop() {
+			i++
+			if err := l.Update(plans[i%2]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -26,16 +26,22 @@ import (
 // per-site copies on kernels without BPF cookies (see the package
 // documentation for each).
 type Link struct {
-	plan    *Plan         // nil for a Link taken back by LoadPinnedLink
-	prog    *ebpf.Program // as given to Attach
-	path    kernelprobe.Path
-	links   []*attach.Link   // uprobe_multi path
-	perSite []*fallback.Link // perf-event path
-	kinds   []Kind           // of links or perSite, in their order
-	// kernelPID is the pid the kernel filters by (Options.PID alone where
+	plan  *Plan         // nil for a Link taken back by LoadPinnedLink
+	prog  *ebpf.Program // as given to Attach
+	path  kernelprobe.Path
+	units []*unit
+	// features are the kernel's, as the plan decided with them.
+	features kernelprobe.Features // kernelPID is the pid the kernel filters by (Options.PID alone where
 	// it can), 0 for none.
 	kernelPID int
 	clones    []*ebpf.Program // the copies of the program the link loaded
+	// cloneGens are the copies' generations (see Update), 0 for a Link
+	// without the generation check.
+	cloneGens []uint32
+	// The generation check (Options.Updatable): the current generation
+	// and its two maps.
+	gen                uint32
+	genState, genSlots *ebpf.Map
 	// filtered is the copy with the link's pid filter, for every site,
 	// where the kernel has BPF cookies.
 	filtered *ebpf.Program
@@ -51,6 +57,8 @@ type Link struct {
 	ownProg  bool
 	ownMaps  []*ebpf.Map
 	stale    []error
+
+	updateMu sync.Mutex // serialises Update
 
 	mu     sync.Mutex
 	filter *pidfilter.Filter // the link's own in-BPF pid filter, if it has one
@@ -100,7 +108,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 			return nil, err
 		}
 	}
-	l := &Link{plan: pl, path: pl.features.Path(), prog: prog, kernelPID: pl.kernelPID()}
+	l := &Link{plan: pl, path: pl.features.Path(), features: pl.features, prog: prog, kernelPID: pl.kernelPID()}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, l.Close())
@@ -112,6 +120,12 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 	}
 	defer maps.close()
 
+	if pl.opts.Updatable {
+		l.gen = 1
+		if l.genState, l.genSlots, err = newGenMaps(l.gen); err != nil {
+			return nil, err
+		}
+	}
 	if pids := pl.inBPFPIDs(); pids != nil {
 		if l.filter, err = pidfilter.NewFilter(uint32(max(len(pids), pidfilter.DefaultMaxPIDs))); err != nil {
 			return nil, fmt.Errorf("multiprobe: %w", err)
@@ -121,53 +135,61 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 		}
 		l.pids = pids
 	}
-	usdtCookie, err := l.acquireSpecs(maps)
+	usdtCookie, specIDs, err := pl.acquireSpecs(maps)
 	if err != nil {
 		return nil, err
 	}
+	l.specIDs = specIDs
 	// Targets, not Sites: see "Sites and cookies" in the package doc.
 	for _, kind := range []Kind{Entry, Return} {
 		targets := pl.targets(kind, usdtCookie)
 		if len(targets) == 0 {
 			continue
 		}
-		single, perSite, err := l.programsFor(prog, maps, targets)
+		u, err := l.attachUnit(pl, prog, maps, kind, targets, l.gen)
 		if err != nil {
 			return nil, err
 		}
-		if l.path == kernelprobe.PathUprobeMulti {
-			al, err := attach.UprobeMulti(single, targets, &attach.Options{
-				Return:   kind == Return,
-				Session:  pl.opts.Session,
-				PID:      pl.kernelPID(),
-				Features: &pl.features,
-			})
-			if err != nil {
-				return nil, pl.refusal(err)
-			}
-			l.links = append(l.links, al)
-			l.kinds = append(l.kinds, kind)
-			continue
-		}
-		pl.name(targets)
-		fo := &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite}
-		if fn := pl.opts.Progress; fn != nil {
-			path := ""
-			if len(targets) == 1 {
-				path = targets[0].Path
-			}
-			fo.Progress = func(phase string, done, total int) {
-				fn(Progress{Phase: phase, Path: path, Done: done, Total: total})
-			}
-		}
-		fl, err := fallback.Uprobes(single, targets, fo)
+		l.units = append(l.units, u)
+	}
+	return l, nil
+}
+
+// attachUnit attaches the program copy of generation gen (or prog
+// itself; see programsFor) to targets, the sites of one kind of pl.
+func (l *Link) attachUnit(pl *Plan, prog *ebpf.Program, maps progMaps, kind Kind, targets []target.Target, gen uint32) (*unit, error) {
+	single, perSite, err := l.programsFor(pl, prog, maps, targets, gen)
+	if err != nil {
+		return nil, err
+	}
+	u := &unit{kind: kind, gen: gen, files: pl.fileIDs(targets)}
+	if l.path == kernelprobe.PathUprobeMulti {
+		u.multi, err = attach.UprobeMulti(single, targets, &attach.Options{
+			Return:   kind == Return,
+			Session:  pl.opts.Session,
+			PID:      l.kernelPID,
+			Features: &pl.features,
+		})
 		if err != nil {
 			return nil, pl.refusal(err)
 		}
-		l.perSite = append(l.perSite, fl)
-		l.kinds = append(l.kinds, kind)
+		return u, nil
 	}
-	return l, nil
+	pl.name(targets)
+	fo := &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite}
+	if fn := pl.opts.Progress; fn != nil {
+		path := ""
+		if len(targets) == 1 {
+			path = targets[0].Path
+		}
+		fo.Progress = func(phase string, done, total int) {
+			fn(Progress{Phase: phase, Path: path, Done: done, Total: total})
+		}
+	}
+	if u.perSite, err = fallback.Uprobes(single, targets, fo); err != nil {
+		return nil, pl.refusal(err)
+	}
+	return u, nil
 }
 
 // name fills in the names of uprobe sites for the perf-event path's
@@ -212,7 +234,15 @@ func (l *Link) Path() kernelprobe.Path { return l.path }
 
 // Links returns the underlying uprobe_multi links, for their kernel info;
 // none on the perf-event path.
-func (l *Link) Links() []*attach.Link { return slices.Clone(l.links) }
+func (l *Link) Links() []*attach.Link {
+	var out []*attach.Link
+	for _, u := range l.units {
+		if u.multi != nil {
+			out = append(out, u.multi)
+		}
+	}
+	return out
+}
 
 // Programs returns the programs attached to the sites: the one given to
 // Attach, or the link's copies of it (see Link), whose run-time statistics
@@ -241,17 +271,17 @@ func (l *Link) FDs() int {
 	if l.ownProg {
 		n++
 	}
-	for _, al := range l.links {
-		n += al.FDs()
-	}
-	for _, fl := range l.perSite {
-		n += fl.FDs()
+	for _, u := range l.units {
+		n += u.fds()
 	}
 	if l.filter != nil {
 		n += 2 // its two maps
 	}
 	if l.specIDs != nil {
 		n++ // its handle of the USDT spec table
+	}
+	if l.genState != nil {
+		n += 2 // the generation check's maps
 	}
 	return n
 }
@@ -263,19 +293,12 @@ func (l *Link) FDs() int {
 // process holds, its file descriptors, and leaves the probes, their pid
 // filter and USDT specs for LoadPinnedLink. Unpin first to detach.
 func (l *Link) Close() error {
-	var errs []error
-	for i := len(l.links) - 1; i >= 0; i-- {
-		errs = append(errs, l.links[i].Close())
-	}
-	l.links = nil
-	for i := len(l.perSite) - 1; i >= 0; i-- {
-		errs = append(errs, l.perSite[i].Close())
-	}
-	l.perSite = nil
+	errs := []error{closeUnits(l.units)}
+	l.units = nil
 	for _, p := range l.clones {
 		errs = append(errs, p.Close())
 	}
-	l.clones, l.filtered, l.cloneFDs = nil, nil, 0
+	l.clones, l.cloneGens, l.filtered, l.cloneFDs = nil, nil, nil, 0
 	if l.specIDs != nil {
 		if l.pinDir != "" {
 			errs = append(errs, l.specIDs.Close())
@@ -298,6 +321,10 @@ func (l *Link) Close() error {
 		errs = append(errs, m.Close())
 	}
 	l.ownMaps = nil
+	if l.genState != nil {
+		errs = append(errs, l.genState.Close(), l.genSlots.Close())
+		l.genState, l.genSlots = nil, nil
+	}
 	return errors.Join(errs...)
 }
 
@@ -423,39 +450,39 @@ func (l *Link) PIDs() []int {
 }
 
 // acquireSpecs gives the plan's USDT sites argument spec ids in the
-// program's spec map and returns the kernel cookie of USDT site i. A
-// program without the map does not read arguments: its sites keep their
-// plain cookies, which mp_usdt_cookie reads as well.
-func (l *Link) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, error) {
+// program's spec map and returns the kernel cookie of USDT site i, with
+// the ids taken (nil if none). A program without the map does not read
+// arguments: its sites keep their plain cookies, which mp_usdt_cookie
+// reads as well.
+func (pl *Plan) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, *usdt.SpecIDs, error) {
 	plain := func(_ int, c uint64) uint64 { return c }
-	if !l.plan.usdt {
-		return plain, nil
+	if !pl.usdt {
+		return plain, nil, nil
 	}
 	m := maps.get(usdt.SpecMapName)
 	if m == nil {
-		return plain, nil
+		return plain, nil, nil
 	}
 	// One spec per USDT row, in row order: the order in which targets
 	// numbers the USDT sites for usdtCookie.
 	var specs []usdt.Spec
-	for _, r := range l.plan.rows {
-		pp := &l.plan.probes[r.probe]
+	for _, r := range pl.rows {
+		pp := &pl.probes[r.probe]
 		if pp.sel != nil {
 			continue
 		}
 		s := &pp.usdt[r.k]
 		if s.args.err != nil {
-			return nil, fmt.Errorf("probe %s: %s: %w", pp.probe, pp.file.path, s.args.err)
+			return nil, nil, fmt.Errorf("probe %s: %s: %w", pp.probe, pp.file.path, s.args.err)
 		}
 		specs = append(specs, s.args.spec)
 	}
 	ids, err := usdt.AcquireSpecs(m, specs)
 	if err != nil {
-		return nil, fmt.Errorf("multiprobe: %w", err)
+		return nil, nil, fmt.Errorf("multiprobe: %w", err)
 	}
-	l.specIDs = ids
 	idList := ids.IDs()
-	return func(i int, c uint64) uint64 { return usdt.PackCookie(idList[i], uint32(c)) }, nil
+	return func(i int, c uint64) uint64 { return usdt.PackCookie(idList[i], uint32(c)) }, ids, nil
 }
 
 // programsFor returns what Attach attaches to the sites of targets: prog
@@ -463,8 +490,7 @@ func (l *Link) acquireSpecs(maps progMaps) (func(i int, cookie uint64) uint64, e
 // and, on a kernel without BPF cookies, one per site (see "Pid filters" and
 // "Kernels without BPF cookies" in the package doc). single is the program
 // for every site, or nil when perSite holds one per site.
-func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.Target) (single *ebpf.Program, perSite []*ebpf.Program, err error) {
-	pl := l.plan
+func (l *Link) programsFor(pl *Plan, prog *ebpf.Program, maps progMaps, targets []target.Target, gen uint32) (single *ebpf.Program, perSite []*ebpf.Program, err error) {
 	ps, err := pl.preparedFor(prog)
 	if err != nil {
 		return nil, nil, err
@@ -474,6 +500,9 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		case l.filter != nil:
 			return nil, nil, fmt.Errorf("multiprobe: program %v: %w, which puts in the pid filter for Options.PIDs on this kernel; call plan.Prepare(spec) before loading it (%w)",
 				prog, ErrNotPrepared, ErrNoPIDFilter)
+		case l.genState != nil:
+			return nil, nil, fmt.Errorf("multiprobe: program %v: %w, which puts in the generation check of Options.Updatable; call plan.Prepare(spec) before loading it",
+				prog, ErrNotPrepared)
 		case !pl.features.Cookies && maps.get(cookieSection) != nil:
 			return nil, nil, fmt.Errorf("multiprobe: program %v reads its cookie with mp_cookie, and kernel %s has no BPF cookies: %w, which gives each site its cookie; call plan.Prepare(spec) before loading it",
 				prog, pl.features.Release, ErrNotPrepared)
@@ -481,7 +510,7 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		return prog, nil, nil
 	}
 	cookies := ps.section != nil
-	if l.filter == nil && !cookies {
+	if l.filter == nil && !cookies && l.genState == nil {
 		return prog, nil, nil
 	}
 	if !cookies && l.filtered != nil {
@@ -492,6 +521,12 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		return nil, nil, err
 	}
 	base := ps.prog.Copy()
+	if l.genState != nil {
+		if err := injectGen(base, gen); err != nil {
+			return nil, nil, err
+		}
+		shared[genStateName], shared[genSlotsName] = l.genState, l.genSlots
+	}
 	if l.filter != nil {
 		if err := pidfilter.InjectProgram(base); err != nil {
 			return nil, nil, fmt.Errorf("multiprobe: program %v: %w", prog, err)
@@ -513,6 +548,9 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 	loaded, _, err := load.Programs(specs, shared, nil)
 	if err != nil {
 		what := "a copy of " + prog.String() + " with the link's pid filter"
+		if l.filter == nil {
+			what = "a copy of " + prog.String() + " with the generation check"
+		}
 		if cookies {
 			what = fmt.Sprintf("a copy of %v per site (kernel %s has no BPF cookies)", prog, pl.features.Release)
 		}
@@ -523,6 +561,9 @@ func (l *Link) programsFor(prog *ebpf.Program, maps progMaps, targets []target.T
 		progs[i] = loaded[spec.Name]
 	}
 	l.clones = append(l.clones, progs...)
+	for range progs {
+		l.cloneGens = append(l.cloneGens, gen)
+	}
 	perCopy := 1
 	if btf.FuncMetadata(&base.Instructions[0]) != nil {
 		perCopy++ // cilium/ebpf keeps each program's BTF open

@@ -136,6 +136,13 @@ type Options struct {
 	// default a uretprobe spec on a Go program probes each function's
 	// return instructions with entry probes (see Site.Returns).
 	GoKernelReturns bool
+	// Updatable makes each Link able to change its probe set in place
+	// (Link.Update) without missing a call or counting one twice. Attach
+	// then loads a copy of the program with a generation check in front
+	// (one more verification per Link; a copy the Link's pid filter makes
+	// anyway carries it too), which costs each run one array read outside
+	// an update. Link.Update explains how.
+	Updatable bool
 	// Progress, if not nil, is told how a long phase advances: on the
 	// perf-event path (before Linux 6.6), where each site costs tens of
 	// milliseconds, the sites attached by Attach and detached by

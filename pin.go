@@ -34,10 +34,12 @@ const (
 	pinPIDs      = "pids"       // the link's own pid filter
 	pinAllPIDs   = "pids_all"   //
 	pinUSDTSpecs = "usdt_specs" // the spec map the USDT sites' ids are in
-	// The kernel links of the entry and return sites, in directories of
-	// these names: attach.Link.Pin or fallback.Link.Pin lay them out.
-	pinEntry  = "entry"
-	pinReturn = "return"
+	pinGenState  = "gen_state"  // the generation check's maps (Link.Update)
+	pinGenSlots  = "gen_slots"  //
+	// The kernel links of each unit (an attach call: one kind of probe,
+	// one generation) in directories unit0, unit1, ...: attach.Link.Pin or
+	// fallback.Link.Pin lay them out.
+	pinUnit = "unit"
 
 	manifestChunk = 4096
 	// bpfFSMagic is BPF_FS_MAGIC and rdonlyProg BPF_F_RDONLY_PROG
@@ -69,12 +71,18 @@ type manifest struct {
 	KernelPID int                  `json:"kernel_pid,omitempty"`
 	Programs  int                  `json:"programs"`
 	Clones    bool                 `json:"clones,omitempty"`
-	Filter    bool                 `json:"filter,omitempty"`
-	USDTIDs   []uint32             `json:"usdt_ids,omitempty"`
-	Files     []fileID             `json:"files"`
-	Units     []pinnedUnit         `json:"units"`
-	Probes    []Probe              `json:"probes"`
-	Sites     []pinnedSite         `json:"sites"`
+	// ProgramGens is the generation of each program copy, Gen the
+	// current one, Updatable whether the Link has the generation check
+	// (pinned as pinGenState, pinGenSlots).
+	ProgramGens []uint32     `json:"program_gens,omitempty"`
+	Gen         uint32       `json:"gen,omitempty"`
+	Updatable   bool         `json:"updatable,omitempty"`
+	Filter      bool         `json:"filter,omitempty"`
+	USDTIDs     []uint32     `json:"usdt_ids,omitempty"`
+	Files       []fileID     `json:"files"`
+	Units       []pinnedUnit `json:"units"`
+	Probes      []Probe      `json:"probes"`
+	Sites       []pinnedSite `json:"sites"`
 
 	sites []Site // Sites, as a Link reports them
 }
@@ -93,6 +101,7 @@ type fileID struct {
 // pinnedUnit is one attach.Link or fallback.Link: one kind of probe.
 type pinnedUnit struct {
 	Kind    Kind           `json:"kind"`
+	Gen     uint32         `json:"gen,omitempty"`
 	Targets []pinnedTarget `json:"targets"`
 }
 
@@ -132,18 +141,13 @@ type pinnedSite struct {
 // The user's own maps (counters, histograms) are the user's to pin, with
 // ebpf.Map.Pin or cilium/ebpf's MapOptions.PinPath.
 func (l *Link) Pin(dir string) (err error) {
-	if len(l.links)+len(l.perSite) == 0 {
+	if len(l.units) == 0 {
 		return fmt.Errorf("multiprobe: pin of a closed link: %w", os.ErrClosed)
 	}
 	if l.pinDir != "" {
 		return fmt.Errorf("multiprobe: the link is pinned at %s already: Unpin it first", l.pinDir)
 	}
-	m := l.manifest
-	if m == nil {
-		if m, err = l.buildManifest(); err != nil {
-			return err
-		}
-	}
+	m := l.buildManifest()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			err = fmt.Errorf("%w (a BPF filesystem refuses names with a dot)", err)
@@ -184,29 +188,25 @@ func (l *Link) Pin(dir string) (err error) {
 			return err
 		}
 	}
-	for i, kind := range l.kinds {
-		sub := filepath.Join(dir, unitDir(kind))
+	if l.genState != nil {
+		if err := pinClone(l.genState, filepath.Join(dir, pinGenState)); err != nil {
+			return err
+		}
+		if err := pinClone(l.genSlots, filepath.Join(dir, pinGenSlots)); err != nil {
+			return err
+		}
+	}
+	for i, u := range l.units {
+		sub := filepath.Join(dir, pinUnit+strconv.Itoa(i))
 		if err := os.Mkdir(sub, 0o700); err != nil {
 			return err
 		}
-		if l.path == kernelprobe.PathUprobeMulti {
-			err = l.links[i].Pin(sub)
-		} else {
-			err = l.perSite[i].Pin(sub)
-		}
-		if err != nil {
+		if err := u.pin(sub); err != nil {
 			return err
 		}
 	}
 	// Last, so that a manifest means a complete pin.
 	return writeManifest(m, filepath.Join(dir, pinManifest))
-}
-
-func unitDir(k Kind) string {
-	if k == Return {
-		return pinReturn
-	}
-	return pinEntry
 }
 
 // pinClone pins a duplicate of obj: pinning obj itself would move a pin
@@ -233,15 +233,12 @@ func (l *Link) Unpin() error {
 		return fmt.Errorf("multiprobe: Unpin: %w", ErrNotPinned)
 	}
 	var errs []error
-	for _, al := range l.links {
-		errs = append(errs, al.Unpin())
+	for _, u := range l.units {
+		errs = append(errs, u.unpin())
 	}
-	for _, fl := range l.perSite {
-		errs = append(errs, fl.Unpin())
-	}
-	names := []string{pinManifest, pinPIDs, pinAllPIDs, pinUSDTSpecs, pinEntry, pinReturn}
-	for i := range max(len(l.Programs()), 1) {
-		names = append(names, pinProgram+strconv.Itoa(i))
+	names := []string{pinManifest, pinPIDs, pinAllPIDs, pinUSDTSpecs, pinGenState, pinGenSlots}
+	for i := range max(len(l.Programs()), len(l.units), 1) {
+		names = append(names, pinProgram+strconv.Itoa(i), pinUnit+strconv.Itoa(i))
 	}
 	for _, name := range names {
 		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -259,46 +256,37 @@ func (l *Link) Unpin() error {
 }
 
 // buildManifest describes l for LoadPinnedLink.
-func (l *Link) buildManifest() (*manifest, error) {
-	pl := l.plan
+func (l *Link) buildManifest() *manifest {
 	m := &manifest{
-		Version:   pinVersion,
-		Features:  pl.features,
-		KernelPID: l.kernelPID,
-		Programs:  len(l.Programs()),
-		Clones:    len(l.clones) > 0,
-		Filter:    l.filter != nil,
+		Version:     pinVersion,
+		Features:    l.features,
+		KernelPID:   l.kernelPID,
+		Programs:    len(l.Programs()),
+		Clones:      len(l.clones) > 0,
+		ProgramGens: l.cloneGens,
+		Filter:      l.filter != nil,
+		Gen:         l.gen,
+		Updatable:   l.genState != nil,
 	}
 	if l.specIDs != nil {
 		m.USDTIDs = l.specIDs.IDs()
 	}
-	files := map[*os.File]int{}
-	for _, of := range pl.files {
-		files[of.f] = len(m.Files)
-		m.Files = append(m.Files, fileID{
-			Path: of.path, Dev: uint64(of.st.Dev), Ino: of.st.Ino, Size: of.st.Size,
-			MtimeNs: unix.TimespecToNsec(of.st.Mtim), BuildID: hex.EncodeToString(of.buildID),
-		})
-	}
-	for i, kind := range l.kinds {
-		var ts target.Targets
-		if l.path == kernelprobe.PathUprobeMulti {
-			ts = l.links[i].Targets()
-		} else {
-			ts = l.perSite[i].Targets()
-		}
-		u := pinnedUnit{Kind: kind}
-		for _, t := range ts {
-			fi, ok := files[t.File]
+	files := map[fileID]int{}
+	for _, u := range l.units {
+		pu := pinnedUnit{Kind: u.kind, Gen: u.gen}
+		for i, t := range u.targets() {
+			fi, ok := files[u.files[i]]
 			if !ok {
-				return nil, fmt.Errorf("multiprobe: pin: %s is not one of the plan's files", t.Path)
+				fi = len(m.Files)
+				files[u.files[i]] = fi
+				m.Files = append(m.Files, u.files[i])
 			}
-			u.Targets = append(u.Targets, pinnedTarget{File: fi, Offsets: t.Offsets, RefCtrOffsets: t.RefCtrOffsets, Cookies: t.Cookies})
+			pu.Targets = append(pu.Targets, pinnedTarget{File: fi, Offsets: t.Offsets, RefCtrOffsets: t.RefCtrOffsets, Cookies: t.Cookies})
 		}
-		m.Units = append(m.Units, u)
+		m.Units = append(m.Units, pu)
 	}
 	probes := map[*Probe]int{}
-	for _, s := range pl.siteTable() {
+	for _, s := range l.Sites() {
 		pi, ok := probes[s.Probe]
 		if !ok {
 			pi = len(m.Probes)
@@ -310,7 +298,25 @@ func (l *Link) buildManifest() (*manifest, error) {
 			Moved: s.Moved, Note: s.Note, Returns: s.Returns, RefCtrOffset: s.RefCtrOffset, Symbol: s.Symbol, USDT: s.USDT,
 		})
 	}
-	return m, nil
+	return m
+}
+
+// fileIDs are the identities of targets' binaries, which Resolve opened.
+func (pl *Plan) fileIDs(targets []target.Target) []fileID {
+	out := make([]fileID, len(targets))
+	for i, t := range targets {
+		out[i] = fileID{Path: t.Path}
+		for _, of := range pl.files {
+			if of.f == t.File {
+				out[i] = fileID{
+					Path: of.path, Dev: uint64(of.st.Dev), Ino: of.st.Ino, Size: of.st.Size,
+					MtimeNs: unix.TimespecToNsec(of.st.Mtim), BuildID: hex.EncodeToString(of.buildID),
+				}
+				break
+			}
+		}
+	}
+	return out
 }
 
 // writeManifest stores m, gzip'ed JSON, in a frozen array map pinned at
@@ -477,7 +483,7 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("multiprobe: %w", err)
 	}
-	l := &Link{path: m.Features.Path(), kernelPID: m.KernelPID, pinDir: dir, manifest: m}
+	l := &Link{path: m.Features.Path(), features: m.Features, kernelPID: m.KernelPID, pinDir: dir, manifest: m}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("multiprobe: taking back the link pinned in %s: %w", dir, err), l.Close())
@@ -490,6 +496,11 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 		}
 		if m.Clones {
 			l.clones = append(l.clones, p)
+			gen := uint32(0)
+			if i < len(m.ProgramGens) {
+				gen = m.ProgramGens[i]
+			}
+			l.cloneGens = append(l.cloneGens, gen)
 			l.cloneFDs++
 		} else {
 			l.prog, l.ownProg = p, true
@@ -524,22 +535,30 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 			return nil, err
 		}
 	}
-	for _, u := range m.Units {
-		sub := filepath.Join(dir, unitDir(u.Kind))
-		if l.path == kernelprobe.PathUprobeMulti {
-			al, err := attach.LoadPinned(sub, m.targets(u))
-			if err != nil {
-				return nil, err
-			}
-			l.links = append(l.links, al)
-		} else {
-			fl, err := fallback.LoadPinned(sub, m.targets(u))
-			if err != nil {
-				return nil, err
-			}
-			l.perSite = append(l.perSite, fl)
+	if m.Updatable {
+		if l.genState, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinGenState), nil); err != nil {
+			return nil, err
 		}
-		l.kinds = append(l.kinds, u.Kind)
+		if l.genSlots, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinGenSlots), nil); err != nil {
+			return nil, err
+		}
+		l.gen = m.Gen
+	}
+	for i, pu := range m.Units {
+		sub := filepath.Join(dir, pinUnit+strconv.Itoa(i))
+		u := &unit{kind: pu.Kind, gen: pu.Gen}
+		for _, t := range pu.Targets {
+			u.files = append(u.files, m.Files[t.File])
+		}
+		if l.path == kernelprobe.PathUprobeMulti {
+			u.multi, err = attach.LoadPinned(sub, m.targets(pu))
+		} else {
+			u.perSite, err = fallback.LoadPinned(sub, m.targets(pu))
+		}
+		if err != nil {
+			return nil, err
+		}
+		l.units = append(l.units, u)
 	}
 	l.stale = l.checkFiles()
 	return l, nil
@@ -552,14 +571,17 @@ func (l *Link) checkFiles() []error {
 	m := l.manifest
 	var errs []error
 	deleted := map[string]bool{}
-	for _, al := range l.links {
-		infos, err := al.Info()
+	for _, u := range l.units {
+		if u.multi == nil {
+			continue
+		}
+		infos, err := u.multi.Info()
 		if err != nil {
 			continue
 		}
 		for _, in := range infos {
 			if strings.HasSuffix(in.Path, " (deleted)") {
-				deleted[al.Targets()[in.Target].Path] = true
+				deleted[u.files[in.Target].Path] = true
 			}
 		}
 	}

@@ -91,7 +91,7 @@ func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 					name, pl.features.Release, len(pl.rows), MaxClones, ErrTooManyClones)
 			}
 			ps.section, ps.fixed, ps.value = sec.Copy(), fixed, value
-		} else if pl.inBPFPIDs() == nil {
+		} else if pl.inBPFPIDs() == nil && !pl.opts.Updatable {
 			continue // attached as it is loaded
 		}
 		ps.prog = p.Copy()

@@ -101,3 +101,31 @@ func rawFD(kl link.Link) int {
 	}
 	return -1
 }
+
+// Split moves the kernel links of the targets for which keep returns true
+// into a new Link and returns it; l keeps the others. Each Link then
+// closes (or pins) only its own. A change of the probe set keeps the
+// links of binaries whose sites stay and closes the rest.
+func (l *Link) Split(keep func(target int) bool) *Link {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kept, rest := &Link{}, &Link{}
+	renum := make([]int, len(l.targets)) // old target index -> new, in its Link
+	into := make([]*Link, len(l.targets))
+	for ti, t := range l.targets {
+		to := rest
+		if keep(ti) {
+			to = kept
+		}
+		into[ti], renum[ti] = to, len(to.targets)
+		to.targets = append(to.targets, t)
+	}
+	for i, sp := range l.spans {
+		to := into[sp.target]
+		to.links = append(to.links, l.links[i])
+		to.ids = append(to.ids, l.ids[i])
+		to.spans = append(to.spans, span{renum[sp.target], sp.first, sp.end})
+	}
+	l.targets, l.links, l.ids, l.spans = rest.targets, rest.links, rest.ids, rest.spans
+	return kept
+}

@@ -77,3 +77,29 @@ func LoadPinned(dir string, targets []Target) (*Link, error) {
 	}
 	return l, nil
 }
+
+// Split moves the sites of the targets for which keep returns true into a
+// new Link and returns it; l keeps the others. Each Link then closes (or
+// pins) only its own. A change of the probe set keeps the sites of
+// binaries that stay and closes the rest.
+func (l *Link) Split(keep func(target int) bool) *Link {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kept, rest := &Link{progress: l.progress}, &Link{progress: l.progress}
+	site := 0
+	for ti, t := range l.targets {
+		to := rest
+		if keep(ti) {
+			to = kept
+		}
+		to.targets = append(to.targets, t)
+		for range t.Offsets {
+			lk := l.links[site]
+			to.links = append(to.links, lk)
+			to.fds += fdsOf(lk)
+			site++
+		}
+	}
+	l.targets, l.links, l.fds = rest.targets, rest.links, rest.fds
+	return kept
+}

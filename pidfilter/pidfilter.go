@@ -7,7 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/btf"
+	"github.com/multiprobe/multiprobe/internal/prologue"
 )
 
 // MapName is the name of the pid set map: a BPF hash from a process id (the
@@ -65,13 +65,13 @@ const prologueLen = 19
 // afterwards.
 const stackSlot = -4
 
-// prologue returns the instructions that end the program with 0 unless
+// filter returns the instructions that end the program with 0 unless
 // every process is let through (AllMapName) or the current process is in
 // the set (MapName), and otherwise leave r1 = ctx as the program expects
 // it. r6 is callee-saved, so it survives the helper calls; the program's
 // own code starts with only r1 and r10 defined, so using r6 here takes
 // nothing from it.
-func prologue() asm.Instructions {
+func filter() asm.Instructions {
 	// Jump offsets count 8-byte slots; a map load takes two. The layout,
 	// by slot: 0-6 the AllMapName lookup, 7 its nil check, 8-9 the flag,
 	// 10-18 the pid lookup, 19-20 "r0 = 0; exit", 21 the program.
@@ -177,29 +177,7 @@ func InjectProgram(p *ebpf.ProgramSpec) error {
 	if injected(p.Instructions) {
 		return nil
 	}
-	pro := prologue()
-	first := p.Instructions[0]
-
-	// The entry's symbol (what bpf-to-bpf calls and the kernel's func info
-	// name) and BTF func info must mark the new first instruction; its line
-	// info is copied, because the kernel wants line info at the start of
-	// every function.
-	pro[0] = pro[0].WithSymbol(first.Symbol())
-	if fn := btf.FuncMetadata(&first); fn != nil {
-		pro[0] = btf.WithFuncMetadata(pro[0], fn)
-		first = btf.WithFuncMetadata(first, nil)
-	}
-	if src := first.Source(); src != nil {
-		pro[0] = pro[0].WithSource(src)
-	}
-	first = first.WithSymbol("")
-
-	insns := make(asm.Instructions, 0, len(pro)+1+len(p.Instructions))
-	insns = append(insns, pro...)
-	insns = append(insns, asm.Mov.Reg(asm.R1, asm.R6))
-	insns = append(insns, first)
-	insns = append(insns, p.Instructions[1:]...)
-	p.Instructions = insns
+	prologue.Prepend(p, append(filter(), asm.Mov.Reg(asm.R1, asm.R6)))
 	return nil
 }
 
@@ -208,7 +186,7 @@ func injected(insns asm.Instructions) bool {
 	if len(insns) <= prologueLen {
 		return false
 	}
-	want := prologue()
+	want := filter()
 	for i, ins := range want {
 		got := insns[i]
 		if got.OpCode != ins.OpCode || got.Dst != ins.Dst || got.Src != ins.Src || got.Reference() != ins.Reference() {

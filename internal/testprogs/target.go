@@ -49,7 +49,8 @@ func HasAlias(i int) bool { return i%aliasEvery == 0 }
 // [HasAlias](i) is true.
 func AliasName(i int) string { return fmt.Sprintf("alias_%05d", i) }
 
-// ExpectedCalls returns how many times `target CALLS` calls function i:
+// ExpectedCalls returns how many times `target CALLS` (or `target CALLS
+// FIRST END`, for FIRST <= i < END) calls function i:
 // calls + i%3, so that neighbouring sites have different counts and a
 // cookie that points at the wrong counter shows.
 func ExpectedCalls(i, calls int) int { return calls + i%3 }
@@ -293,9 +294,18 @@ int main(int argc, char **argv) {
 		wait = 1;
 		a++;
 	}
-	if (argc != a + 1) {
-		fprintf(stderr, "usage: %s [-wait] CALLS\n", argv[0]);
+	if (argc != a + 1 && argc != a + 3) {
+		fprintf(stderr, "usage: %s [-wait] CALLS [FIRST END]\n", argv[0]);
 		return 2;
+	}
+	long first = 0, last = NFUNCS;
+	if (argc == a + 3) {
+		first = strtol(argv[a + 1], NULL, 10);
+		last = strtol(argv[a + 2], NULL, 10);
+		if (first < 0 || last > NFUNCS || first > last) {
+			fprintf(stderr, "%s: bad range %s %s\n", argv[0], argv[a + 1], argv[a + 2]);
+			return 2;
+		}
 	}
 	char *end;
 	long calls = strtol(argv[a], &end, 10);
@@ -311,7 +321,7 @@ int main(int argc, char **argv) {
 			return 3;
 	}
 	u64 sum = 0;
-	for (long i = 0; i < NFUNCS; i++) {
+	for (long i = first; i < last; i++) {
 		long c = calls + i % 3;
 		for (long j = 0; j < c; j++)
 			sum += funcs[i]((u64)j);

@@ -1,0 +1,267 @@
+package multiprobe
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/multiprobe/multiprobe/attach"
+	"github.com/multiprobe/multiprobe/fallback"
+	"github.com/multiprobe/multiprobe/internal/target"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+// ErrNotUpdatable: Update was called on a Link whose plan did not have
+// Options.Updatable, so its program has no generation check.
+var ErrNotUpdatable = errors.New("link has no generation check (resolve with Options.Updatable)")
+
+// Update replaces the link's probe set with pl's, without a gap: the sites
+// of pl are attached before the link's old ones are detached (make before
+// break), and across the switch every call to a site in both sets is
+// counted exactly once, neither missed nor counted by both (see the
+// generation check, Options.Updatable). Sites only in the old set stop,
+// sites only in pl start; the links of binaries whose sites, cookies and
+// file did not change are kept as they are. Afterwards the link's Sites
+// are pl's, with pl's cookies; its pid filter and pids stay (change them
+// with SetPIDs). On error nothing changed.
+//
+// pl must be resolved for the same kernel path, with Options.Updatable,
+// and prepared for the link's program spec (pl.Prepare(spec)): Update
+// loads a copy of the program for the new generation. A return probe of a
+// call that entered before Update returns is counted by the old link, if
+// it is still attached then: on Linux 6.12+ the kernel runs at a return
+// only the consumers that were there at the entry.
+//
+// A pinned Link stays pinned: the new links and copies are pinned, the
+// manifest is replaced, and the pins of what was detached are removed.
+func (l *Link) Update(pl *Plan) (err error) {
+	l.updateMu.Lock()
+	defer l.updateMu.Unlock()
+	switch {
+	case len(l.units) == 0:
+		return fmt.Errorf("multiprobe: Update of a closed link: %w", ErrNotUpdatable)
+	case l.genState == nil:
+		return fmt.Errorf("multiprobe: Update: %w", ErrNotUpdatable)
+	case !pl.opts.Updatable:
+		return fmt.Errorf("multiprobe: Update with a plan without Options.Updatable: %w", ErrNotUpdatable)
+	case pl.features.Path() != l.path:
+		return fmt.Errorf("multiprobe: Update: the plan attaches through %v, the link through %v", pl.features.Path(), l.path)
+	case l.pinDir != "":
+		return fmt.Errorf("multiprobe: Update of a pinned link is not supported yet: Unpin it, Update, and Pin it again")
+	case pl.kernelPID() != l.kernelPID:
+		return fmt.Errorf("multiprobe: Update: the plan's kernel pid filter (%d) is not the link's (%d); the kernel cannot change it", pl.kernelPID(), l.kernelPID)
+	}
+	for _, of := range pl.files {
+		if err := of.changed(); err != nil {
+			return err
+		}
+	}
+	prog := l.prog
+	if prog == nil && len(l.clones) > 0 {
+		prog = l.clones[len(l.clones)-1] // taken back: a copy has the same maps
+	}
+	maps, err := programMaps(prog, true)
+	if err != nil {
+		return err
+	}
+	defer maps.close()
+
+	gen := l.gen + 1
+	usdtCookie, specIDs, err := pl.acquireSpecs(maps)
+	if err != nil {
+		return err
+	}
+	keep := map[*unit][]bool{} // the old units' targets that stay
+	var added []*unit
+	saved := l.filtered
+	l.filtered = nil // entry and return sites of gen share their own copy
+	defer func() {
+		if err == nil {
+			return
+		}
+		err = errors.Join(err, closeUnits(added), specIDs.Release(), l.closeCopies(gen), setGenState(l.genState, l.gen, false))
+		l.filtered = saved
+	}()
+	if err := setGenState(l.genState, l.gen, true); err != nil {
+		return err
+	}
+	for _, kind := range []Kind{Entry, Return} {
+		targets := pl.targets(kind, usdtCookie)
+		ids := pl.fileIDs(targets)
+		var fresh []target.Target
+		for i, t := range targets {
+			if !l.keepTarget(kind, t, ids[i], keep) {
+				fresh = append(fresh, t)
+			}
+		}
+		if len(fresh) == 0 {
+			continue
+		}
+		u, err := l.attachUnit(pl, prog, maps, kind, fresh, gen)
+		if err != nil {
+			return err
+		}
+		added = append(added, u)
+	}
+
+	// The switch, then the calls in flight, then the old links.
+	if err := setGenState(l.genState, gen, true); err != nil {
+		return err
+	}
+	var errs []error
+	errs = append(errs, l.graceUprobes(added))
+	var units, dropped []*unit
+	for _, u := range l.units {
+		if k := keep[u]; k != nil {
+			units = append(units, u.split(k))
+		}
+		if len(u.targets()) > 0 {
+			dropped = append(dropped, u)
+		}
+	}
+	units = append(units, added...)
+	errs = append(errs, closeUnits(dropped))
+	old := l.specIDs
+	l.units, l.specIDs, l.plan, l.manifest, l.gen = units, specIDs, pl, nil, gen
+	errs = append(errs, old.Release(), l.closeUnused(), setGenState(l.genState, gen, false))
+	if err := errors.Join(errs...); err != nil {
+		// The new set is attached and counting; what failed is cleaning
+		// up after the old one.
+		return fmt.Errorf("multiprobe: Update: the new sites are attached, but: %w", err)
+	}
+	return nil
+}
+
+// keepTarget reports whether an old unit of kind holds t as it is (same
+// file, offsets, cookies and ref-counter offsets), and marks it kept.
+func (l *Link) keepTarget(kind Kind, t target.Target, id fileID, keep map[*unit][]bool) bool {
+	for _, u := range l.units {
+		if u.kind != kind {
+			continue
+		}
+		for i, ot := range u.targets() {
+			f := u.files[i]
+			if f.Dev != id.Dev || f.Ino != id.Ino || !slices.Equal(ot.Offsets, t.Offsets) ||
+				!slices.Equal(ot.Cookies, t.Cookies) || !slices.Equal(ot.RefCtrOffsets, t.RefCtrOffsets) {
+				continue
+			}
+			if keep[u] == nil {
+				keep[u] = make([]bool, len(u.files))
+			}
+			keep[u][i] = true
+			return true
+		}
+	}
+	return false
+}
+
+// split moves the targets of u marked in keep into a unit of their own.
+func (u *unit) split(keep []bool) *unit {
+	k := &unit{kind: u.kind, gen: u.gen}
+	var rest []fileID
+	for i, f := range u.files {
+		if keep[i] {
+			k.files = append(k.files, f)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	u.files = rest
+	if u.multi != nil {
+		k.multi = u.multi.Split(func(i int) bool { return keep[i] })
+	} else {
+		k.perSite = u.perSite.Split(func(i int) bool { return keep[i] })
+	}
+	return k
+}
+
+// closeCopies closes the program copies of generation gen.
+func (l *Link) closeCopies(gen uint32) error {
+	return l.closeCopiesIf(func(g uint32) bool { return g == gen })
+}
+
+// closeUnused closes the program copies that no unit runs any more.
+func (l *Link) closeUnused() error {
+	used := map[uint32]bool{}
+	for _, u := range l.units {
+		used[u.gen] = true
+	}
+	return l.closeCopiesIf(func(g uint32) bool { return !used[g] })
+}
+
+func (l *Link) closeCopiesIf(drop func(gen uint32) bool) error {
+	var errs []error
+	clones, gens := l.clones[:0], l.cloneGens[:0]
+	perCopy := 0
+	if len(l.clones) > 0 {
+		perCopy = l.cloneFDs / len(l.clones)
+	}
+	for i, p := range l.clones {
+		if drop(l.cloneGens[i]) {
+			if p == l.filtered {
+				l.filtered = nil
+			}
+			errs = append(errs, p.Close())
+			continue
+		}
+		clones, gens = append(clones, p), append(gens, l.cloneGens[i])
+	}
+	l.clones, l.cloneGens = clones, gens
+	l.cloneFDs = perCopy * len(l.clones)
+	return errors.Join(errs...)
+}
+
+// graceUprobes returns once every uprobe handler that was running when it
+// was called has returned, so that an old link closed next cannot miss a
+// call whose new consumer already ran (see generation.go). Detaching a
+// uprobe waits for that grace period in the kernel (uprobe_unregister_sync
+// since Linux 6.12; before, a handler holds the uprobe's register_rwsem,
+// which detaching takes), so it attaches a program that does nothing to
+// one site of the link and detaches it again.
+func (l *Link) graceUprobes(added []*unit) error {
+	var t target.Target
+	// The new units' files are open (their plan's); an old unit's may be
+	// closed, and then its path names the file.
+	pick := func(units []*unit, open bool) {
+		for _, u := range units {
+			if ts := u.targets(); t.Offsets == nil && len(ts) > 0 && len(ts[0].Offsets) > 0 {
+				t = target.Target{Path: ts[0].Path, Offsets: ts[0].Offsets[:1]}
+				if open {
+					t.File = ts[0].File
+				}
+				if ts[0].RefCtrOffsets != nil {
+					t.RefCtrOffsets = ts[0].RefCtrOffsets[:1]
+				}
+			}
+		}
+	}
+	pick(added, true)
+	pick(l.units, false)
+	if t.Offsets == nil {
+		return nil
+	}
+	spec := &ebpf.ProgramSpec{
+		Type: ebpf.Kprobe, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+	}
+	if l.path == kernelprobe.PathUprobeMulti {
+		spec.AttachType = ebpf.AttachTraceUprobeMulti
+	}
+	prog, err := ebpf.NewProgram(spec)
+	if err != nil {
+		return fmt.Errorf("multiprobe: loading the grace period's program: %w", err)
+	}
+	defer prog.Close()
+	var c interface{ Close() error }
+	if l.path == kernelprobe.PathUprobeMulti {
+		c, err = attach.UprobeMulti(prog, []target.Target{t}, &attach.Options{Features: &l.features})
+	} else {
+		c, err = fallback.Uprobes(prog, []target.Target{t}, &fallback.Options{Features: &l.features})
+	}
+	if err != nil {
+		return fmt.Errorf("multiprobe: the grace period's uprobe on %s: %w", t.Path, err)
+	}
+	return c.Close()
+}
