@@ -103,4 +103,20 @@
 // [Link.StaleFiles] says which. The kernel pins perf-event uprobes only as
 // BPF perf links (Linux 5.15+). A pinned Link's Close releases this
 // process's descriptors only; [Link.Unpin], then Close, detaches it.
+//
+// # Changing the probe set
+//
+// The kernel cannot change a uprobe link's sites. [Link.Update] therefore
+// attaches the new set before it detaches the old, keeping the links of
+// binaries whose sites stay as they are, and a site in both sets runs the
+// program twice per call for a moment. With [Options.Updatable] each Link
+// attaches a copy of the program with a generation check in front: outside
+// an update it lets the current generation run (one array read); during
+// one, the new copy, which the kernel runs first, tells the old one
+// through a per-thread slot whether it counted the call, so that every
+// call is counted once wherever the switch falls. A pinned Link stays
+// pinned across an update: the new layout is pinned beside the old and
+// the manifest replaced in one rename before the old pins go.
+// [Link.SetPIDs] adds the new pids before it removes the old, so a pid in
+// both sets is never filtered out.
 package multiprobe

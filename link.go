@@ -53,6 +53,7 @@ type Link struct {
 	// l holds that Attach did not load or make: the program, when it is
 	// not a copy, and the pid filter's maps.
 	pinDir   string
+	pinSeq   int // the number of the next unit directory
 	manifest *manifest
 	ownProg  bool
 	ownMaps  []*ebpf.Map

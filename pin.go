@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -69,20 +70,19 @@ type manifest struct {
 	Version   int                  `json:"version"`
 	Features  kernelprobe.Features `json:"features"`
 	KernelPID int                  `json:"kernel_pid,omitempty"`
-	Programs  int                  `json:"programs"`
-	Clones    bool                 `json:"clones,omitempty"`
-	// ProgramGens is the generation of each program copy, Gen the
-	// current one, Updatable whether the Link has the generation check
-	// (pinned as pinGenState, pinGenSlots).
-	ProgramGens []uint32     `json:"program_gens,omitempty"`
-	Gen         uint32       `json:"gen,omitempty"`
-	Updatable   bool         `json:"updatable,omitempty"`
-	Filter      bool         `json:"filter,omitempty"`
-	USDTIDs     []uint32     `json:"usdt_ids,omitempty"`
-	Files       []fileID     `json:"files"`
-	Units       []pinnedUnit `json:"units"`
-	Probes      []Probe      `json:"probes"`
-	Sites       []pinnedSite `json:"sites"`
+	// Programs are the attached programs, copies of the user's if
+	// Clones. Gen is the current generation, Updatable whether the Link
+	// has the generation check (pinned as pinGenState, pinGenSlots).
+	Programs  []pinnedProg `json:"programs"`
+	Clones    bool         `json:"clones,omitempty"`
+	Gen       uint32       `json:"gen,omitempty"`
+	Updatable bool         `json:"updatable,omitempty"`
+	Filter    bool         `json:"filter,omitempty"`
+	USDTIDs   []uint32     `json:"usdt_ids,omitempty"`
+	Files     []fileID     `json:"files"`
+	Units     []pinnedUnit `json:"units"`
+	Probes    []Probe      `json:"probes"`
+	Sites     []pinnedSite `json:"sites"`
 
 	sites []Site // Sites, as a Link reports them
 }
@@ -98,8 +98,15 @@ type fileID struct {
 	BuildID string `json:"build_id,omitempty"`
 }
 
-// pinnedUnit is one attach.Link or fallback.Link: one kind of probe.
+// pinnedProg is a program pinned as Pin, a copy of generation Gen.
+type pinnedProg struct {
+	Pin string `json:"pin"`
+	Gen uint32 `json:"gen,omitempty"`
+}
+
+// pinnedUnit is one attach.Link or fallback.Link, pinned in Dir.
 type pinnedUnit struct {
+	Dir     string         `json:"dir"`
 	Kind    Kind           `json:"kind"`
 	Gen     uint32         `json:"gen,omitempty"`
 	Targets []pinnedTarget `json:"targets"`
@@ -147,7 +154,6 @@ func (l *Link) Pin(dir string) (err error) {
 	if l.pinDir != "" {
 		return fmt.Errorf("multiprobe: the link is pinned at %s already: Unpin it first", l.pinDir)
 	}
-	m := l.buildManifest()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		if errors.Is(err, unix.EPERM) {
 			err = fmt.Errorf("%w (a BPF filesystem refuses names with a dot)", err)
@@ -170,8 +176,9 @@ func (l *Link) Pin(dir string) (err error) {
 			err = errors.Join(fmt.Errorf("multiprobe: pinning in %s: %w", dir, err), l.Unpin())
 		}
 	}()
+	pins := l.programPins()
 	for i, p := range l.Programs() {
-		if err := pinClone(p, filepath.Join(dir, pinProgram+strconv.Itoa(i))); err != nil {
+		if err := pinClone(p, filepath.Join(dir, pins[i].Pin)); err != nil {
 			return err
 		}
 	}
@@ -196,17 +203,46 @@ func (l *Link) Pin(dir string) (err error) {
 			return err
 		}
 	}
-	for i, u := range l.units {
-		sub := filepath.Join(dir, pinUnit+strconv.Itoa(i))
-		if err := os.Mkdir(sub, 0o700); err != nil {
-			return err
-		}
-		if err := u.pin(sub); err != nil {
+	for _, u := range l.units {
+		if err := l.pinUnit(u); err != nil {
 			return err
 		}
 	}
 	// Last, so that a manifest means a complete pin.
-	return writeManifest(m, filepath.Join(dir, pinManifest))
+	return writeManifest(l.buildManifest(), filepath.Join(dir, pinManifest))
+}
+
+// pinUnit pins u in a directory of its own under the link's: a unit
+// pinned before (kept by an update) through second handles, so that its
+// pins stay where the manifest in place says until it is replaced.
+func (l *Link) pinUnit(u *unit) error {
+	again := u.pinDir != ""
+	u.pinDir = pinUnit + strconv.Itoa(l.pinSeq)
+	l.pinSeq++
+	sub := filepath.Join(l.pinDir, u.pinDir)
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		return err
+	}
+	if again {
+		return u.pinAgain(sub)
+	}
+	return u.pin(sub)
+}
+
+// programPins names the pins of Programs: "prog" for the program itself,
+// "progG_K" for the Kth copy of generation G, a name that stays as long
+// as the copy does.
+func (l *Link) programPins() []pinnedProg {
+	if len(l.clones) == 0 {
+		return []pinnedProg{{Pin: pinProgram}}
+	}
+	out := make([]pinnedProg, len(l.clones))
+	k := map[uint32]int{}
+	for i, g := range l.cloneGens {
+		out[i] = pinnedProg{Pin: fmt.Sprintf("%s%d_%d", pinProgram, g, k[g]), Gen: g}
+		k[g]++
+	}
+	return out
 }
 
 // pinClone pins a duplicate of obj: pinning obj itself would move a pin
@@ -236,13 +272,22 @@ func (l *Link) Unpin() error {
 	for _, u := range l.units {
 		errs = append(errs, u.unpin())
 	}
-	names := []string{pinManifest, pinPIDs, pinAllPIDs, pinUSDTSpecs, pinGenState, pinGenSlots}
-	for i := range max(len(l.Programs()), len(l.units), 1) {
-		names = append(names, pinProgram+strconv.Itoa(i), pinUnit+strconv.Itoa(i))
+	// Whatever of the link's layout is there, also what an update cut
+	// short left.
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
 	}
-	for _, name := range names {
-		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+	for _, e := range ents {
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, pinUnit):
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, name)))
+		case strings.HasPrefix(name, pinProgram), strings.HasPrefix(name, pinManifest),
+			slices.Contains([]string{pinPIDs, pinAllPIDs, pinUSDTSpecs, pinGenState, pinGenSlots}, name):
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
@@ -258,22 +303,21 @@ func (l *Link) Unpin() error {
 // buildManifest describes l for LoadPinnedLink.
 func (l *Link) buildManifest() *manifest {
 	m := &manifest{
-		Version:     pinVersion,
-		Features:    l.features,
-		KernelPID:   l.kernelPID,
-		Programs:    len(l.Programs()),
-		Clones:      len(l.clones) > 0,
-		ProgramGens: l.cloneGens,
-		Filter:      l.filter != nil,
-		Gen:         l.gen,
-		Updatable:   l.genState != nil,
+		Version:   pinVersion,
+		Features:  l.features,
+		KernelPID: l.kernelPID,
+		Programs:  l.programPins(),
+		Clones:    len(l.clones) > 0,
+		Filter:    l.filter != nil,
+		Gen:       l.gen,
+		Updatable: l.genState != nil,
 	}
 	if l.specIDs != nil {
 		m.USDTIDs = l.specIDs.IDs()
 	}
 	files := map[fileID]int{}
 	for _, u := range l.units {
-		pu := pinnedUnit{Kind: u.kind, Gen: u.gen}
+		pu := pinnedUnit{Dir: u.pinDir, Kind: u.kind, Gen: u.gen}
 		for i, t := range u.targets() {
 			fi, ok := files[u.files[i]]
 			if !ok {
@@ -430,9 +474,17 @@ func decodeManifest(data []byte) (*manifest, error) {
 // check refuses a manifest whose indexes point nowhere, and builds its
 // sites.
 func (m *manifest) check() error {
+	for _, p := range m.Programs {
+		if !strings.HasPrefix(p.Pin, pinProgram) || strings.ContainsAny(p.Pin, "/.") {
+			return fmt.Errorf("manifest: a program pinned as %q: %w", p.Pin, ErrNotPinned)
+		}
+	}
 	for _, u := range m.Units {
 		if u.Kind != Entry && u.Kind != Return {
 			return fmt.Errorf("manifest: a unit of kind %v: %w", u.Kind, ErrNotPinned)
+		}
+		if !strings.HasPrefix(u.Dir, pinUnit) || strings.ContainsAny(u.Dir, "/.") {
+			return fmt.Errorf("manifest: a unit in %q: %w", u.Dir, ErrNotPinned)
 		}
 		for _, t := range u.Targets {
 			if t.File < 0 || t.File >= len(m.Files) || len(t.Cookies) != len(t.Offsets) ||
@@ -489,18 +541,14 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 			err = errors.Join(fmt.Errorf("multiprobe: taking back the link pinned in %s: %w", dir, err), l.Close())
 		}
 	}()
-	for i := range m.Programs {
-		p, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pinProgram+strconv.Itoa(i)), nil)
+	for _, pp := range m.Programs {
+		p, err := ebpf.LoadPinnedProgram(filepath.Join(dir, pp.Pin), nil)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("program %s: %w", pp.Pin, err)
 		}
 		if m.Clones {
 			l.clones = append(l.clones, p)
-			gen := uint32(0)
-			if i < len(m.ProgramGens) {
-				gen = m.ProgramGens[i]
-			}
-			l.cloneGens = append(l.cloneGens, gen)
+			l.cloneGens = append(l.cloneGens, pp.Gen)
 			l.cloneFDs++
 		} else {
 			l.prog, l.ownProg = p, true
@@ -544,9 +592,12 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 		}
 		l.gen = m.Gen
 	}
-	for i, pu := range m.Units {
-		sub := filepath.Join(dir, pinUnit+strconv.Itoa(i))
-		u := &unit{kind: pu.Kind, gen: pu.Gen}
+	for _, pu := range m.Units {
+		sub := filepath.Join(dir, pu.Dir)
+		u := &unit{kind: pu.Kind, gen: pu.Gen, pinDir: pu.Dir}
+		if seq, err := strconv.Atoi(strings.TrimPrefix(pu.Dir, pinUnit)); err == nil {
+			l.pinSeq = max(l.pinSeq, seq+1)
+		}
 		for _, t := range pu.Targets {
 			u.files = append(u.files, m.Files[t.File])
 		}

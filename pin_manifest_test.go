@@ -12,10 +12,10 @@ import (
 func testManifest() *manifest {
 	return &manifest{
 		Version:  pinVersion,
-		Programs: 1,
+		Programs: []pinnedProg{{Pin: "prog"}},
 		Files:    []fileID{{Path: "/usr/lib/libc.so.6", Dev: 0x803, Ino: 42, Size: 1 << 21, MtimeNs: 1e18, BuildID: "abcd"}},
-		Units: []pinnedUnit{{Kind: Entry, Targets: []pinnedTarget{{File: 0, Offsets: []uint64{0x100, 0x200}, Cookies: []uint64{0, 1}}}},
-			{Kind: Return, Targets: []pinnedTarget{{File: 0, Offsets: []uint64{0x300}, Cookies: []uint64{2}, RefCtrOffsets: []uint64{0}}}}},
+		Units: []pinnedUnit{{Dir: "unit0", Kind: Entry, Targets: []pinnedTarget{{File: 0, Offsets: []uint64{0x100, 0x200}, Cookies: []uint64{0, 1}}}},
+			{Dir: "unit1", Kind: Return, Targets: []pinnedTarget{{File: 0, Offsets: []uint64{0x300}, Cookies: []uint64{2}, RefCtrOffsets: []uint64{0}}}}},
 		Probes: []Probe{{Kind: Entry, Target: "libc", Patterns: []string{"mem*"}}, {Kind: USDT, Target: "libc", Patterns: []string{"libc:*"}}},
 		Sites: []pinnedSite{
 			{Name: "memcpy", Names: []string{"memcpy", "memmove"}, Offset: 0x100, Path: "/usr/lib/libc.so.6", Moved: elfsym.MovedIFunc,

@@ -18,6 +18,7 @@ type unit struct {
 	multi   *attach.Link   // uprobe_multi path
 	perSite *fallback.Link // perf-event path
 	files   []fileID       // the binary of each target, as Resolve found it
+	pinDir  string         // where it is pinned, under the Link's directory
 }
 
 // targets are the unit's targets, with their cookies.
@@ -33,6 +34,13 @@ func (u *unit) pin(dir string) error {
 		return u.multi.Pin(dir)
 	}
 	return u.perSite.Pin(dir)
+}
+
+func (u *unit) pinAgain(dir string) error {
+	if u.multi != nil {
+		return u.multi.PinAgain(dir)
+	}
+	return u.perSite.PinAgain(dir)
 }
 
 func (u *unit) unpin() error {

@@ -3,6 +3,8 @@ package multiprobe
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -48,8 +50,6 @@ func (l *Link) Update(pl *Plan) (err error) {
 		return fmt.Errorf("multiprobe: Update with a plan without Options.Updatable: %w", ErrNotUpdatable)
 	case pl.features.Path() != l.path:
 		return fmt.Errorf("multiprobe: Update: the plan attaches through %v, the link through %v", pl.features.Path(), l.path)
-	case l.pinDir != "":
-		return fmt.Errorf("multiprobe: Update of a pinned link is not supported yet: Unpin it, Update, and Pin it again")
 	case pl.kernelPID() != l.kernelPID:
 		return fmt.Errorf("multiprobe: Update: the plan's kernel pid filter (%d) is not the link's (%d); the kernel cannot change it", pl.kernelPID(), l.kernelPID)
 	}
@@ -69,6 +69,7 @@ func (l *Link) Update(pl *Plan) (err error) {
 	defer maps.close()
 
 	gen := l.gen + 1
+	oldPins := l.programPins()
 	usdtCookie, specIDs, err := pl.acquireSpecs(maps)
 	if err != nil {
 		return err
@@ -113,7 +114,9 @@ func (l *Link) Update(pl *Plan) (err error) {
 	var errs []error
 	errs = append(errs, l.graceUprobes(added))
 	var units, dropped []*unit
+	var oldDirs []string
 	for _, u := range l.units {
+		oldDirs = append(oldDirs, u.pinDir)
 		if k := keep[u]; k != nil {
 			units = append(units, u.split(k))
 		}
@@ -122,16 +125,89 @@ func (l *Link) Update(pl *Plan) (err error) {
 		}
 	}
 	units = append(units, added...)
-	errs = append(errs, closeUnits(dropped))
 	old := l.specIDs
 	l.units, l.specIDs, l.plan, l.manifest, l.gen = units, specIDs, pl, nil, gen
-	errs = append(errs, old.Release(), l.closeUnused(), setGenState(l.genState, gen, false))
+	// A copy no unit runs any more is closed here: the dropped links,
+	// still attached, hold their program themselves.
+	errs = append(errs, l.closeUnused())
+	if l.pinDir != "" {
+		// The new layout and manifest first: whenever this process
+		// stops, the manifest in place describes links that are pinned.
+		errs = append(errs, l.repin(oldPins))
+		for _, u := range dropped {
+			errs = append(errs, u.unpin()) // so that Close waits for them
+		}
+	}
+	errs = append(errs, closeUnits(dropped), old.Release())
+	if l.pinDir != "" {
+		errs = append(errs, l.removeOldPins(oldDirs, oldPins))
+	}
+	errs = append(errs, setGenState(l.genState, gen, false))
 	if err := errors.Join(errs...); err != nil {
 		// The new set is attached and counting; what failed is cleaning
 		// up after the old one.
 		return fmt.Errorf("multiprobe: Update: the new sites are attached, but: %w", err)
 	}
 	return nil
+}
+
+// repin lays the updated link out in its directory: the new program
+// copies, every unit in a new directory (a kept one through second
+// handles, leaving its old pins in place), then the new manifest in place
+// of the old in one rename. oldPins are the programs' pins before.
+func (l *Link) repin(oldPins []pinnedProg) error {
+	dir := l.pinDir
+	have := map[string]bool{}
+	for _, p := range oldPins {
+		have[p.Pin] = true
+	}
+	pins := l.programPins()
+	for i, p := range l.Programs() {
+		if !have[pins[i].Pin] {
+			if err := pinClone(p, filepath.Join(dir, pins[i].Pin)); err != nil {
+				return err
+			}
+		}
+	}
+	if l.specIDs != nil {
+		if _, err := os.Stat(filepath.Join(dir, pinUSDTSpecs)); err != nil {
+			if err := l.specIDs.Pin(filepath.Join(dir, pinUSDTSpecs)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, u := range l.units {
+		if err := l.pinUnit(u); err != nil {
+			return err
+		}
+	}
+	next := filepath.Join(dir, pinManifest+"_next")
+	_ = os.Remove(next) // from an update cut short
+	if err := writeManifest(l.buildManifest(), next); err != nil {
+		return err
+	}
+	return os.Rename(next, filepath.Join(dir, pinManifest))
+}
+
+// removeOldPins removes the unit directories and program pins that the
+// manifest in place no longer names.
+func (l *Link) removeOldPins(oldDirs []string, oldPins []pinnedProg) error {
+	var errs []error
+	for _, d := range oldDirs {
+		errs = append(errs, os.RemoveAll(filepath.Join(l.pinDir, d)))
+	}
+	now := map[string]bool{}
+	for _, p := range l.programPins() {
+		now[p.Pin] = true
+	}
+	for _, p := range oldPins {
+		if !now[p.Pin] {
+			if err := os.Remove(filepath.Join(l.pinDir, p.Pin)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // keepTarget reports whether an old unit of kind holds t as it is (same
@@ -159,7 +235,7 @@ func (l *Link) keepTarget(kind Kind, t target.Target, id fileID, keep map[*unit]
 
 // split moves the targets of u marked in keep into a unit of their own.
 func (u *unit) split(keep []bool) *unit {
-	k := &unit{kind: u.kind, gen: u.gen}
+	k := &unit{kind: u.kind, gen: u.gen, pinDir: u.pinDir}
 	var rest []fileID
 	for i, f := range u.files {
 		if keep[i] {

@@ -3,6 +3,7 @@ package multiprobe_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/probetest"
+	"golang.org/x/sys/unix"
 )
 
 // toggledIn says whether toggled function j (of 10) is in round r's set:
@@ -127,8 +129,8 @@ func TestUpdateToggles(t *testing.T) {
 			}
 		}
 		t.Logf("%d updates, %d runs of the steady loop (%d calls each) meanwhile", rounds, runs.Load(), 10*steadyCalls)
-		if runs.Load() < 2 {
-			t.Errorf("the steady loop ran %d times: the updates did not overlap it", runs.Load())
+		if runs.Load() == 0 {
+			t.Error("the steady loop never ran: the updates did not overlap it")
 		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
@@ -149,5 +151,169 @@ func TestUpdateErrors(t *testing.T) {
 		}
 		runTarget(t, target, 2)
 		checkPinCounts(t, c, l.Sites(), 2)
+	})
+}
+
+// TestUpdatePinned: a pinned Link is updated, taken back as after a
+// restart, and updated again, while a target calls functions that every
+// set has in a steady loop: every call is counted, the pinned layout
+// follows each update, and Unpin and Close leave nothing.
+func TestUpdatePinned(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		if f.Path() == kernelprobe.PathPerfEvent && !f.Cookies {
+			t.Skip("perf-event uprobes are not links to pin before Linux 5.15 (TestPinTakeBack checks the refusal)")
+		}
+		const n, rounds = 20, 4
+		steadyCalls := 20_000
+		if testutil.InGuest() {
+			steadyCalls = 2_000
+		}
+		target := testprogs.PrivateTarget(t, n)
+		groups := make([][]string, rounds+1)
+		for r := range groups {
+			groups[r] = []string{"uprobe:" + target + ":func_0000?", "uretprobe:" + target + ":" + testprogs.FuncName(10+r)}
+		}
+		c, plans := setup(t, f, multiprobe.Options{Updatable: true}, groups...)
+		before := probetest.TakeSnapshot(t, c.CountEntry)
+		dir := testutil.BPFFS(t) + "/agent"
+		l, err := plans[0].Attach(c.CountEntry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Pin(dir); err != nil {
+			t.Fatal(err)
+		}
+
+		var runs atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var loopErr error
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if out, err := exec.Command(target, fmt.Sprint(steadyCalls), "0", "10").CombinedOutput(); err != nil {
+					loopErr = fmt.Errorf("%s: %v: %s", target, err, out)
+					return
+				}
+				runs.Add(1)
+			}
+		})
+		for r := 1; r <= rounds; r++ {
+			if r == rounds/2 {
+				// A restart: this process's Link goes, another takes
+				// it back from its pins.
+				if err := l.Close(); err != nil {
+					t.Error(err)
+				}
+				if l, err = multiprobe.LoadPinnedLink(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Update(plans[r]); err != nil {
+				t.Errorf("update %d: %v", r, err)
+				break
+			}
+			back, err := multiprobe.LoadPinnedLink(dir)
+			if err != nil {
+				out, _ := exec.Command("find", dir).CombinedOutput()
+				t.Fatalf("after update %d: %v\n%s", r, err, out)
+			}
+			if got, want := back.Sites(), plans[r].Sites(); len(got) != len(want) || got[len(got)-1].Name != want[len(want)-1].Name {
+				t.Errorf("after update %d the pinned manifest has %d sites ending with %s, want %d ending with %s",
+					r, len(got), got[len(got)-1].Name, len(want), want[len(want)-1].Name)
+			}
+			back.Close()
+		}
+		close(stop)
+		wg.Wait()
+		if loopErr != nil {
+			t.Fatal(loopErr)
+		}
+		counts, err := testprogs.ReadArray(c.Counts, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if w := uint64(runs.Load()) * uint64(testprogs.ExpectedCalls(i, steadyCalls)); counts[i] != w {
+				t.Errorf("%s: %d calls counted across %d updates and a restart, the target made %d", testprogs.FuncName(i), counts[i], rounds, w)
+			}
+		}
+		links := probetest.ProgramLinks(t, l.Programs()...)
+		if err := l.Unpin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			ents, _ := os.ReadDir(dir)
+			t.Errorf("after Unpin the pin directory is still there: %v", ents)
+		}
+		checkGone(t, links)
+		before.Check(t, "after Unpin and Close")
+	})
+}
+
+// processRunning reports whether pid is a process that has not exited.
+func processRunning(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, state, _ := strings.Cut(string(stat), ") ")
+	return !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X")
+}
+
+// TestSetPIDsNoWindow: SetPIDs, called again and again with sets that all
+// hold the target's pid, never filters the target out for a moment: a
+// target calling in a tight loop meanwhile is counted exactly.
+func TestSetPIDsNoWindow(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		const n = 20
+		calls := 20_000
+		if testutil.InGuest() {
+			calls = 2_000
+		}
+		target := testprogs.PrivateTarget(t, n)
+		c, plans := setup(t, f, multiprobe.Options{PIDs: []int{os.Getpid()}}, []string{"uprobe:" + target + ":func_0000?"})
+		l := mustAttach(t, plans[0], c.CountEntry)
+		p := testprogs.Start(t, target, "-wait", fmt.Sprint(calls), "0", "10")
+		others := []int{os.Getpid(), 1}
+		if err := l.SetPIDs(p.PID(), others[0]); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan string)
+		go func() { done <- p.Finish(t) }()
+		sets := 0
+		for {
+			// The target may exit between the check and SetPIDs, which
+			// then refuses its pid.
+			if err := l.SetPIDs(p.PID(), others[sets%2]); errors.Is(err, unix.ESRCH) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			sets++
+			if !processRunning(p.PID()) {
+				break
+			}
+		}
+		if out, want := <-done, fmt.Sprintf("done %d", testprogs.ExpectedSumRange(0, 10, calls)); out != want {
+			t.Errorf("target printed %q, want %q", out, want)
+		}
+		counts, err := testprogs.ReadArray(c.Counts, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if w := uint64(testprogs.ExpectedCalls(i, calls)); counts[i] != w {
+				t.Errorf("%s: %d calls counted across %d SetPIDs, the target made %d", testprogs.FuncName(i), counts[i], sets, w)
+			}
+		}
+		t.Logf("%d SetPIDs while the target ran", sets)
 	})
 }

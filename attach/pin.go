@@ -129,3 +129,15 @@ func (l *Link) Split(keep func(target int) bool) *Link {
 	l.targets, l.links, l.ids, l.spans = rest.targets, rest.links, rest.ids, rest.spans
 	return kept
 }
+
+// PinAgain pins l's kernel links in dir as Pin does, through second
+// handles, leaving the pins they have where they are: a pinned set can be
+// laid out anew before the old layout is removed.
+func (l *Link) PinAgain(dir string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := bpfsys.PinAgain(l.links, dir); err != nil {
+		return fmt.Errorf("attach: pinning in %s: %w", dir, err)
+	}
+	return nil
+}

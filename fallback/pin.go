@@ -103,3 +103,18 @@ func (l *Link) Split(keep func(target int) bool) *Link {
 	l.targets, l.links, l.fds = rest.targets, rest.links, rest.fds
 	return kept
 }
+
+// PinAgain pins l's per-site links in dir as Pin does, through second
+// handles, leaving the pins they have where they are: a pinned set can be
+// laid out anew before the old layout is removed.
+func (l *Link) PinAgain(dir string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := bpfsys.PinAgain(l.links, dir); err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			err = ErrPinUnsupported
+		}
+		return fmt.Errorf("fallback: pinning in %s: %w", dir, err)
+	}
+	return nil
+}

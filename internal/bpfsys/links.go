@@ -2,11 +2,13 @@ package bpfsys
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -61,4 +63,31 @@ func PinAll(links []link.Link, dir string) (int, error) {
 		}
 	}
 	return 0, nil
+}
+
+// PinAgain pins links[i] as dir/i too, through a second handle of each, so
+// that the pins the links have elsewhere stay where they are (cilium/ebpf's
+// Pin would move them): a pinned set of links can be laid out anew before
+// the old layout is removed.
+func PinAgain(links []link.Link, dir string) error {
+	for i, kl := range links {
+		fdl, ok := kl.(interface{ FD() int })
+		if !ok {
+			return fmt.Errorf("link %d has no descriptor to pin: %w", i, ebpf.ErrNotSupported)
+		}
+		id, errno := LinkID(fdl.FD())
+		if errno != 0 {
+			return fmt.Errorf("link %d: %w", i, errno)
+		}
+		h, err := link.NewFromID(id)
+		if err != nil {
+			return err
+		}
+		err = h.Pin(filepath.Join(dir, strconv.Itoa(i)))
+		h.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

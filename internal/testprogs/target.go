@@ -63,9 +63,12 @@ func ExpectedReturn(i int, arg uint64) uint64 { return arg*2 + uint64(i) }
 
 // ExpectedSum returns the sum of all return values, which the target prints
 // as "done SUM" when it exits.
-func ExpectedSum(n, calls int) uint64 {
+func ExpectedSum(n, calls int) uint64 { return ExpectedSumRange(0, n, calls) }
+
+// ExpectedSumRange is ExpectedSum for `target CALLS FIRST END`.
+func ExpectedSumRange(first, end, calls int) uint64 {
 	var sum uint64
-	for i := range n {
+	for i := first; i < end; i++ {
 		for j := range ExpectedCalls(i, calls) {
 			sum += ExpectedReturn(i, uint64(j))
 		}
