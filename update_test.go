@@ -18,6 +18,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// steadyLoop runs the target, calling functions 0-9 calls (+ i%3) times
+// each, again and again until the function it returns is called, which
+// waits for the run in progress and returns how many runs there were.
+func steadyLoop(t *testing.T, target string, calls int) (stop func() int64) {
+	var runs atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var loopErr error
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if out, err := exec.Command(target, fmt.Sprint(calls), "0", "10").CombinedOutput(); err != nil {
+				loopErr = fmt.Errorf("%s: %v: %s", target, err, out)
+				return
+			}
+			runs.Add(1)
+		}
+	})
+	return func() int64 {
+		close(done)
+		wg.Wait()
+		if loopErr != nil {
+			t.Fatal(loopErr)
+		}
+		return runs.Load()
+	}
+}
+
 // toggledIn says whether toggled function j (of 10) is in round r's set:
 // about half of them, a different half each round.
 func toggledIn(r, j int) bool { return (r*7+j*3)%5 < 3 }
@@ -64,33 +96,14 @@ func TestUpdateToggles(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		// The steady loop: runs of the target calling functions 0-9.
-		var runs atomic.Int64
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var loopErr error
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if out, err := exec.Command(target, fmt.Sprint(steadyCalls), "0", "10").CombinedOutput(); err != nil {
-					loopErr = fmt.Errorf("%s: %v: %s", target, err, out)
-					return
-				}
-				runs.Add(1)
-			}
-		})
+		stopLoop := steadyLoop(t, target, steadyCalls)
 
 		want := make([]uint64, n) // toggled functions' counts
 		prev := make([]uint64, 64)
 		for r := 0; r <= rounds; r++ {
 			if r > 0 {
 				if err := l.Update(plans[r]); err != nil {
-					close(stop)
-					wg.Wait()
+					stopLoop()
 					t.Fatalf("update %d: %v", r, err)
 				}
 			}
@@ -114,22 +127,18 @@ func TestUpdateToggles(t *testing.T) {
 			// next round: start from what is there.
 			prev = counts
 		}
-		close(stop)
-		wg.Wait()
-		if loopErr != nil {
-			t.Fatal(loopErr)
-		}
+		runs := stopLoop()
 		counts, err := testprogs.ReadArray(c.Counts, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range 10 {
-			if w := uint64(runs.Load()) * uint64(testprogs.ExpectedCalls(i, steadyCalls)); counts[i] != w {
+			if w := uint64(runs) * uint64(testprogs.ExpectedCalls(i, steadyCalls)); counts[i] != w {
 				t.Errorf("%s (in every set): %d calls counted over %d updates, the target made %d", testprogs.FuncName(i), counts[i], rounds, w)
 			}
 		}
-		t.Logf("%d updates, %d runs of the steady loop (%d calls each) meanwhile", rounds, runs.Load(), 10*steadyCalls)
-		if runs.Load() == 0 {
+		t.Logf("%d updates, %d runs of the steady loop (%d calls each) meanwhile", rounds, runs, 10*steadyCalls)
+		if runs == 0 {
 			t.Error("the steady loop never ran: the updates did not overlap it")
 		}
 		if err := l.Close(); err != nil {
@@ -184,24 +193,7 @@ func TestUpdatePinned(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		var runs atomic.Int64
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		var loopErr error
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if out, err := exec.Command(target, fmt.Sprint(steadyCalls), "0", "10").CombinedOutput(); err != nil {
-					loopErr = fmt.Errorf("%s: %v: %s", target, err, out)
-					return
-				}
-				runs.Add(1)
-			}
-		})
+		stopLoop := steadyLoop(t, target, steadyCalls)
 		for r := 1; r <= rounds; r++ {
 			if r == rounds/2 {
 				// A restart: this process's Link goes, another takes
@@ -228,17 +220,13 @@ func TestUpdatePinned(t *testing.T) {
 			}
 			back.Close()
 		}
-		close(stop)
-		wg.Wait()
-		if loopErr != nil {
-			t.Fatal(loopErr)
-		}
+		runs := stopLoop()
 		counts, err := testprogs.ReadArray(c.Counts, 10)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range 10 {
-			if w := uint64(runs.Load()) * uint64(testprogs.ExpectedCalls(i, steadyCalls)); counts[i] != w {
+			if w := uint64(runs) * uint64(testprogs.ExpectedCalls(i, steadyCalls)); counts[i] != w {
 				t.Errorf("%s: %d calls counted across %d updates and a restart, the target made %d", testprogs.FuncName(i), counts[i], rounds, w)
 			}
 		}
@@ -316,4 +304,44 @@ func TestSetPIDsNoWindow(t *testing.T) {
 		}
 		t.Logf("%d SetPIDs while the target ran", sets)
 	})
+}
+
+// TestUpdateKeepsUnchanged: an update that changes one binary's sites
+// keeps the kernel link of the other binary, whose sites and cookies stay.
+func TestUpdateKeepsUnchanged(t *testing.T) {
+	probetest.RequireBPF(t)
+	native, _ := nativeAndPerfEvent(t)
+	testutil.RequireKernelFeature(t, native.Path() == kernelprobe.PathUprobeMulti, "uprobe_multi")
+	a, b := testprogs.PrivateTarget(t, 5), testprogs.PrivateTarget(t, 5)
+	c, plans := setup(t, native, multiprobe.Options{Updatable: true},
+		[]string{"uprobe:" + a + ":func_*", "uprobe:" + b + ":func_0000[0-2]"},
+		[]string{"uprobe:" + a + ":func_*", "uprobe:" + b + ":func_0000[0-3]"})
+	l := mustAttach(t, plans[0], c.CountEntry)
+	ids := func() map[string]uint32 {
+		out := map[string]uint32{}
+		for _, al := range l.Links() {
+			infos, err := al.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, in := range infos {
+				out[in.Path] = uint32(in.ID)
+			}
+		}
+		return out
+	}
+	before := ids()
+	if err := l.Update(plans[1]); err != nil {
+		t.Fatal(err)
+	}
+	after := ids()
+	if before[a] == 0 || after[a] != before[a] {
+		t.Errorf("%s's link was %d, is %d after an update that did not change its sites: want it kept", a, before[a], after[a])
+	}
+	if after[b] == 0 || after[b] == before[b] {
+		t.Errorf("%s's link was %d, is %d after an update that changed its sites: want a new one", b, before[b], after[b])
+	}
+	runTarget(t, a, 2)
+	runTarget(t, b, 2)
+	checkPinCounts(t, c, l.Sites(), 2)
 }

@@ -249,24 +249,32 @@ func AcquireSpecs(m *ebpf.Map, specs []Spec) (*SpecIDs, error) {
 	if err := checkSpecMap(m.Type(), m.KeySize(), m.ValueSize()); err != nil {
 		return nil, err
 	}
-	// The lock of the reference counts' read-modify-write, shared by
-	// every holder of this map in the process.
+	s := &SpecIDs{}
+	if err := s.hold(m); err != nil {
+		return nil, err
+	}
+	if err := s.acquire(specs); err != nil {
+		s.m.Close()
+		s.mu.Release()
+		return nil, err
+	}
+	return s, nil
+}
+
+// hold takes a handle of m of s's own, and the lock of the reference
+// counts' read-modify-write that every holder of m in the process shares.
+func (s *SpecIDs) hold(m *ebpf.Map) error {
 	mu, err := maplock.For(m)
 	if err != nil {
-		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+		return fmt.Errorf("usdt: %s: %w", SpecMapName, err)
 	}
 	own, err := m.Clone()
 	if err != nil {
 		mu.Release()
-		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+		return fmt.Errorf("usdt: %s: %w", SpecMapName, err)
 	}
-	s := &SpecIDs{m: own, mu: mu}
-	if err := s.acquire(specs); err != nil {
-		own.Close()
-		mu.Release()
-		return nil, err
-	}
-	return s, nil
+	s.m, s.mu = own, mu
+	return nil
 }
 
 func (s *SpecIDs) acquire(specs []Spec) error {
@@ -436,16 +444,9 @@ func HeldSpecs(m *ebpf.Map, ids []uint32) (*SpecIDs, error) {
 		}
 		s.distinct = append(s.distinct, id)
 	}
-	mu, err := maplock.For(m)
-	if err != nil {
-		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
+	if err := s.hold(m); err != nil {
+		return nil, err
 	}
-	own, err := m.Clone()
-	if err != nil {
-		mu.Release()
-		return nil, fmt.Errorf("usdt: %s: %w", SpecMapName, err)
-	}
-	s.m, s.mu = own, mu
 	return s, nil
 }
 
