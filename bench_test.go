@@ -319,7 +319,8 @@ func nativeAndPerfEvent(tb testing.TB) (native, perf kernelprobe.Features) {
 // uprobe_multi path, what an agent pays to get its probes back after a
 // restart (op=restore: LoadPinnedLink, then Close leaving them pinned) and
 // to change them (op=update: Update to a set with one site fewer, or
-// back), against attaching them anew (op=attach: Attach, then Close).
+// back), against attaching them anew (op=attach: Attach, then Close; and
+// op=resolve+attach, what a restart without pins does).
 // All three load the program copy with the generation check
 // (Options.Updatable) where they attach.
 func BenchmarkPinned(b *testing.B) {
@@ -366,6 +367,23 @@ func BenchmarkPinned(b *testing.B) {
 				b.Fatal(err)
 			}
 			l.Close()
+		}
+	})
+	b.Run("op=resolve+attach", func(b *testing.B) {
+		for b.Loop() {
+			pl, err := multiprobe.Resolve(probes, &multiprobe.Options{Updatable: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pl.Prepare(spec); err != nil {
+				b.Fatal(err)
+			}
+			l, err := pl.Attach(c.CountEntry)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l.Close()
+			pl.Close()
 		}
 	})
 	b.Run("op=restore", func(b *testing.B) {

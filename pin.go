@@ -2,6 +2,7 @@ package multiprobe
 
 import (
 	"bytes"
+	"debug/elf"
 	"compress/gzip"
 	"encoding/binary"
 	"encoding/hex"
@@ -81,8 +82,12 @@ type manifest struct {
 	USDTIDs   []uint32     `json:"usdt_ids,omitempty"`
 	Files     []fileID     `json:"files"`
 	Units     []pinnedUnit `json:"units"`
-	Probes    []Probe      `json:"probes"`
-	Sites     []pinnedSite `json:"sites"`
+	// Probes and Sites are a JSON document of their own (siteColumns),
+	// the bulk of the manifest, which LoadPinnedLink decodes while it
+	// takes the kernel's objects back.
+	Probes []Probe       `json:"-"`
+	Paths  []string     `json:"-"`
+	Sites  []pinnedSite `json:"-"`
 
 	sites []Site // Sites, as a Link reports them
 }
@@ -120,18 +125,72 @@ type pinnedTarget struct {
 }
 
 type pinnedSite struct {
-	Name         string       `json:"name"`
-	Names        []string     `json:"names,omitempty"`
-	Offset       uint64       `json:"offset"`
-	Probe        int          `json:"probe"` // index in manifest.Probes
-	Path         string       `json:"path"`
-	Cookie       uint64       `json:"cookie"`
-	Moved        elfsym.Move  `json:"moved,omitempty"`
-	Note         string       `json:"note,omitempty"`
-	Returns      []uint64     `json:"returns,omitempty"`
-	RefCtrOffset uint64       `json:"ref_ctr_offset,omitempty"`
-	Symbol       *elfsym.Site `json:"symbol,omitempty"`
-	USDT         *usdt.Site   `json:"usdt,omitempty"`
+	Name    string        `json:"n"`
+	Names   []string      `json:"ns,omitempty"`
+	Offset  uint64        `json:"o"`
+	Probe   int           `json:"p,omitempty"` // index in siteTable.Probes
+	Path    int           `json:"f,omitempty"` // index in siteTable.Paths
+	Cookie  uint64        `json:"c,omitempty"`
+	Moved   uint8         `json:"m,omitempty"`
+	Note    string        `json:"no,omitempty"`
+	Returns []uint64      `json:"r,omitempty"`
+	RefCtr  uint64        `json:"rc,omitempty"`
+	Symbol  *pinnedSymbol `json:"s,omitempty"`
+	USDT    *usdt.Site    `json:"u,omitempty"`
+}
+
+// pinnedSymbol is an elfsym.Site without what its site repeats (name,
+// offset, move and note, given only where they differ): the sites are
+// most of a manifest, which a restarting agent decodes.
+type pinnedSymbol struct {
+	Name         string   `json:"n,omitempty"`
+	Aliases      []string `json:"a,omitempty"`
+	Version      string   `json:"v,omitempty"`
+	Bind         uint8    `json:"b,omitempty"`
+	Type         uint8    `json:"t,omitempty"`
+	Size         uint64   `json:"s,omitempty"`
+	Address      uint64   `json:"ad,omitempty"`
+	Offset       uint64   `json:"o,omitempty"`
+	SymbolOffset uint64   `json:"so,omitempty"`
+	Moved        uint8    `json:"m,omitempty"`
+	Note         string   `json:"no,omitempty"`
+}
+
+func pinSymbol(s Site) *pinnedSymbol {
+	y := s.Symbol
+	if y == nil {
+		return nil
+	}
+	p := &pinnedSymbol{Aliases: y.Aliases, Version: y.Version, Bind: uint8(y.Bind), Type: uint8(y.Type),
+		Size: y.Size, Address: y.Address, SymbolOffset: y.SymbolOffset, Moved: uint8(y.Moved)}
+	if y.Name != s.Name {
+		p.Name = y.Name
+	}
+	if y.Offset != s.Offset {
+		p.Offset = y.Offset
+	}
+	if y.Note != s.Note {
+		p.Note = y.Note
+	}
+	return p
+}
+
+func (p *pinnedSymbol) site(s *Site) *elfsym.Site {
+	if p == nil {
+		return nil
+	}
+	y := &elfsym.Site{Name: p.Name, Aliases: p.Aliases, Version: p.Version, Bind: elf.SymBind(p.Bind), Type: elf.SymType(p.Type),
+		Size: p.Size, Address: p.Address, Offset: p.Offset, SymbolOffset: p.SymbolOffset, Moved: elfsym.Move(p.Moved), Note: p.Note}
+	if y.Name == "" {
+		y.Name = s.Name
+	}
+	if y.Offset == 0 {
+		y.Offset = s.Offset
+	}
+	if y.Note == "" {
+		y.Note = s.Note
+	}
+	return y
 }
 
 // Pin pins everything the link holds in dir, a directory on a BPF
@@ -329,7 +388,7 @@ func (l *Link) buildManifest() *manifest {
 		}
 		m.Units = append(m.Units, pu)
 	}
-	probes := map[*Probe]int{}
+	probes, paths := map[*Probe]int{}, map[string]int{}
 	for _, s := range l.Sites() {
 		pi, ok := probes[s.Probe]
 		if !ok {
@@ -337,9 +396,15 @@ func (l *Link) buildManifest() *manifest {
 			probes[s.Probe] = pi
 			m.Probes = append(m.Probes, *s.Probe)
 		}
+		fi, ok := paths[s.Path]
+		if !ok {
+			fi = len(m.Paths)
+			paths[s.Path] = fi
+			m.Paths = append(m.Paths, s.Path)
+		}
 		m.Sites = append(m.Sites, pinnedSite{
-			Name: s.Name, Names: s.Names, Offset: s.Offset, Probe: pi, Path: s.Path, Cookie: s.Cookie,
-			Moved: s.Moved, Note: s.Note, Returns: s.Returns, RefCtrOffset: s.RefCtrOffset, Symbol: s.Symbol, USDT: s.USDT,
+			Name: s.Name, Names: s.Names, Offset: s.Offset, Probe: pi, Path: fi, Cookie: s.Cookie,
+			Moved: uint8(s.Moved), Note: s.Note, Returns: s.Returns, RefCtr: s.RefCtrOffset, Symbol: pinSymbol(s), USDT: s.USDT,
 		})
 	}
 	return m
@@ -395,84 +460,135 @@ func writeManifest(m *manifest, path string) error {
 
 // encodeManifest is m as gzip'ed JSON after its length.
 func encodeManifest(m *manifest) ([]byte, error) {
-	var buf bytes.Buffer
-	zw := gzip.NewWriter(&buf)
-	if err := json.NewEncoder(zw).Encode(m); err != nil {
-		return nil, err
+	var out []byte
+	for _, doc := range []any{m, toColumns(m.Probes, m.Paths, m.Sites)} {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		if err := json.NewEncoder(zw).Encode(doc); err != nil {
+			return nil, err
+		}
+		if err := zw.Close(); err != nil {
+			return nil, err
+		}
+		out = binary.NativeEndian.AppendUint64(out, uint64(buf.Len()))
+		out = append(out, buf.Bytes()...)
 	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return append(binary.NativeEndian.AppendUint64(nil, uint64(buf.Len())), buf.Bytes()...), nil
+	return out, nil
 }
 
-// readManifest reads what writeManifest wrote.
-func readManifest(path string) (*manifest, error) {
+
+// gunzipPart reads one length-prefixed gzip part off data and returns it
+// decompressed, and the rest of data.
+func gunzipPart(data []byte) (part, rest []byte, err error) {
+	if len(data) < 8 {
+		return nil, nil, fmt.Errorf("not a multiprobe manifest (%d bytes): %w", len(data), ErrNotPinned)
+	}
+	size := binary.NativeEndian.Uint64(data)
+	if size > uint64(len(data)-8) {
+		return nil, nil, fmt.Errorf("not a multiprobe manifest (length %d): %w", size, ErrNotPinned)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data[8 : 8+size]))
+	if err != nil {
+		return nil, nil, err
+	}
+	part, err = io.ReadAll(io.LimitReader(zr, maxManifest+1))
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(part) > maxManifest {
+		return nil, nil, fmt.Errorf("manifest larger than %d bytes: %w", maxManifest, ErrNotPinned)
+	}
+	return part, data[8+size:], nil
+}
+
+// readManifest reads what writeManifest wrote, but for the sites, which
+// the function it returns decodes.
+func readManifest(path string) (*manifest, func() error, error) {
 	mm, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", filepath.Dir(path), ErrNotPinned)
+		return nil, nil, fmt.Errorf("%s: %w", filepath.Dir(path), ErrNotPinned)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer mm.Close()
 	if mm.Type() != ebpf.Array || mm.KeySize() != 4 || mm.ValueSize() != manifestChunk || mm.MaxEntries() == 0 {
-		return nil, fmt.Errorf("%s is not a multiprobe manifest: %w", path, ErrNotPinned)
+		return nil, nil, fmt.Errorf("%s is not a multiprobe manifest: %w", path, ErrNotPinned)
 	}
 	data := make([]byte, 0, int(mm.MaxEntries())*manifestChunk)
 	chunk := make([]byte, manifestChunk)
 	for i := range mm.MaxEntries() {
 		if err := mm.Lookup(i, chunk); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", path, err)
+			return nil, nil, fmt.Errorf("reading %s: %w", path, err)
 		}
 		data = append(data, chunk...)
 	}
-	m, err := decodeManifest(data)
+	m, sites, err := decodeManifestHead(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return m, nil
+	return m, func() error {
+		if err := sites(); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		return nil
+	}, nil
 }
 
 // decodeManifest decodes the bytes of the manifest map, which anyone with
 // access to the BPF filesystem could have written.
 func decodeManifest(data []byte) (*manifest, error) {
-	if len(data) < 8 {
-		return nil, fmt.Errorf("not a multiprobe manifest (%d bytes): %w", len(data), ErrNotPinned)
-	}
-	size := binary.NativeEndian.Uint64(data)
-	if size > uint64(len(data)-8) {
-		return nil, fmt.Errorf("not a multiprobe manifest (length %d): %w", size, ErrNotPinned)
-	}
-	zr, err := gzip.NewReader(bytes.NewReader(data[8 : 8+size]))
+	m, sites, err := decodeManifestHead(data)
 	if err != nil {
 		return nil, err
 	}
-	raw, err := io.ReadAll(io.LimitReader(zr, maxManifest+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) > maxManifest {
-		return nil, fmt.Errorf("manifest larger than %d bytes: %w", maxManifest, ErrNotPinned)
-	}
-	var head struct {
-		Version int `json:"version"`
-	}
-	if err := json.Unmarshal(raw, &head); err != nil {
-		return nil, err
-	}
-	if head.Version != pinVersion {
-		return nil, fmt.Errorf("manifest version %d, this multiprobe reads %d: %w", head.Version, pinVersion, ErrPinVersion)
-	}
-	m := &manifest{}
-	if err := json.Unmarshal(raw, m); err != nil {
-		return nil, err
-	}
-	return m, m.check()
+	return m, sites()
 }
 
-// check refuses a manifest whose indexes point nowhere, and builds its
-// sites.
+// decodeManifestHead decodes the manifest but its sites, which sites
+// decodes (and checks).
+func decodeManifestHead(data []byte) (_ *manifest, sites func() error, err error) {
+	raw, rest, err := gunzipPart(data)
+	if err != nil {
+		return nil, nil, err
+	}
+	// One decode: the version is checked after it, and a manifest of
+	// another version that does not even decode is told by its version.
+	m := &manifest{}
+	if err := json.Unmarshal(raw, m); err != nil {
+		var head struct {
+			Version int `json:"version"`
+		}
+		if json.Unmarshal(raw, &head) == nil && head.Version != pinVersion {
+			return nil, nil, fmt.Errorf("manifest version %d, this multiprobe reads %d: %w", head.Version, pinVersion, ErrPinVersion)
+		}
+		return nil, nil, err
+	}
+	if m.Version != pinVersion {
+		return nil, nil, fmt.Errorf("manifest version %d, this multiprobe reads %d: %w", m.Version, pinVersion, ErrPinVersion)
+	}
+	if err := m.check(); err != nil {
+		return nil, nil, err
+	}
+	sites = func() error {
+		raw, _, err := gunzipPart(rest)
+		if err != nil {
+			return err
+		}
+		var c siteColumns
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return err
+		}
+		if m.Sites, err = c.sites(); err != nil {
+			return err
+		}
+		m.Probes, m.Paths = c.Probes, c.Paths
+		return m.checkSites()
+	}
+	return m, sites, nil
+}
+
+// check refuses a manifest whose indexes point nowhere.
 func (m *manifest) check() error {
 	for _, p := range m.Programs {
 		if !strings.HasPrefix(p.Pin, pinProgram) || strings.ContainsAny(p.Pin, "/.") {
@@ -493,15 +609,22 @@ func (m *manifest) check() error {
 			}
 		}
 	}
+	return nil
+}
+
+// checkSites refuses sites whose probe is not there, and builds them.
+func (m *manifest) checkSites() error {
 	m.sites = make([]Site, len(m.Sites))
 	for i, s := range m.Sites {
-		if s.Probe < 0 || s.Probe >= len(m.Probes) {
-			return fmt.Errorf("manifest: site %s has probe %d of %d: %w", s.Name, s.Probe, len(m.Probes), ErrNotPinned)
+		if s.Probe < 0 || s.Probe >= len(m.Probes) || s.Path < 0 || s.Path >= len(m.Paths) {
+			return fmt.Errorf("manifest: site %s has probe %d of %d, path %d of %d: %w", s.Name, s.Probe, len(m.Probes), s.Path, len(m.Paths), ErrNotPinned)
 		}
-		m.sites[i] = Site{
-			Name: s.Name, Names: s.Names, Offset: s.Offset, Probe: &m.Probes[s.Probe], Path: s.Path, Cookie: s.Cookie,
-			Moved: s.Moved, Note: s.Note, Returns: s.Returns, RefCtrOffset: s.RefCtrOffset, Symbol: s.Symbol, USDT: s.USDT,
+		site := &m.sites[i]
+		*site = Site{
+			Name: s.Name, Names: s.Names, Offset: s.Offset, Probe: &m.Probes[s.Probe], Path: m.Paths[s.Path], Cookie: s.Cookie,
+			Moved: elfsym.Move(s.Moved), Note: s.Note, Returns: s.Returns, RefCtrOffset: s.RefCtr, USDT: s.USDT,
 		}
+		site.Symbol = s.Symbol.site(site)
 	}
 	return nil
 }
@@ -531,10 +654,13 @@ func (m *manifest) targets(u pinnedUnit) []target.Target {
 // attach.ErrPinMismatch (the kernel's links do not hold the manifest's
 // sites).
 func LoadPinnedLink(dir string) (_ *Link, err error) {
-	m, err := readManifest(filepath.Join(dir, pinManifest))
+	m, sites, err := readManifest(filepath.Join(dir, pinManifest))
 	if err != nil {
 		return nil, fmt.Errorf("multiprobe: %w", err)
 	}
+	// The sites decode while the kernel's objects are taken back.
+	sitesErr := make(chan error, 1)
+	go func() { sitesErr <- sites() }()
 	l := &Link{path: m.Features.Path(), features: m.Features, kernelPID: m.KernelPID, pinDir: dir, manifest: m}
 	defer func() {
 		if err != nil {
@@ -610,6 +736,9 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 			return nil, err
 		}
 		l.units = append(l.units, u)
+	}
+	if err := <-sitesErr; err != nil {
+		return nil, err
 	}
 	l.stale = l.checkFiles()
 	return l, nil

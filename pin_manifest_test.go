@@ -17,9 +17,10 @@ func testManifest() *manifest {
 		Units: []pinnedUnit{{Dir: "unit0", Kind: Entry, Targets: []pinnedTarget{{File: 0, Offsets: []uint64{0x100, 0x200}, Cookies: []uint64{0, 1}}}},
 			{Dir: "unit1", Kind: Return, Targets: []pinnedTarget{{File: 0, Offsets: []uint64{0x300}, Cookies: []uint64{2}, RefCtrOffsets: []uint64{0}}}}},
 		Probes: []Probe{{Kind: Entry, Target: "libc", Patterns: []string{"mem*"}}, {Kind: USDT, Target: "libc", Patterns: []string{"libc:*"}}},
+		Paths:  []string{"/usr/lib/libc.so.6"},
 		Sites: []pinnedSite{
-			{Name: "memcpy", Names: []string{"memcpy", "memmove"}, Offset: 0x100, Path: "/usr/lib/libc.so.6", Moved: elfsym.MovedIFunc,
-				Symbol: &elfsym.Site{Name: "memcpy", Offset: 0x100, Moved: elfsym.MovedIFunc}},
+			{Name: "memcpy", Names: []string{"memcpy", "memmove"}, Offset: 0x100, Moved: uint8(elfsym.MovedIFunc),
+				Symbol: &pinnedSymbol{Size: 1952, Address: 0x100100, Moved: uint8(elfsym.MovedIFunc), Name: "__memmove_avx_unaligned_erms"}},
 			{Name: "libc:setjmp", Offset: 0x200, Probe: 1, Cookie: 1, USDT: &usdt.Site{Offset: 0x200, ArgString: "8@%rdi",
 				Args: []usdt.Arg{{Spec: "8@%rdi", Size: 8, Kind: usdt.ArgReg, Reg: "rdi", RegOffset: 112, IndexOffset: -1}}}},
 		},
@@ -44,7 +45,8 @@ func TestManifestRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got.Units, m.Units) || !reflect.DeepEqual(got.Files, m.Files) || !reflect.DeepEqual(got.Sites, m.Sites) {
 		t.Errorf("decoded %+v\nwant %+v", got, m)
 	}
-	if s := got.sites[0]; s.Probe.Target != "libc" || s.Label() != "memcpy/memmove" || s.Symbol.Moved != elfsym.MovedIFunc {
+	if s := got.sites[0]; s.Probe.Target != "libc" || s.Label() != "memcpy/memmove" || s.Path != "/usr/lib/libc.so.6" ||
+		s.Symbol.Moved != elfsym.MovedIFunc || s.Symbol.Offset != 0x100 || s.Symbol.Name != "__memmove_avx_unaligned_erms" || s.Symbol.Size != 1952 {
 		t.Errorf("site 0 = %+v", s)
 	}
 	if s := got.sites[1]; s.ProbeKind() != "usdt" || s.USDT.ArgString != "8@%rdi" {
