@@ -2,8 +2,8 @@ package multiprobe
 
 import (
 	"bytes"
-	"debug/elf"
 	"compress/gzip"
+	"debug/elf"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -85,7 +85,7 @@ type manifest struct {
 	// Probes and Sites are a JSON document of their own (siteColumns),
 	// the bulk of the manifest, which LoadPinnedLink decodes while it
 	// takes the kernel's objects back.
-	Probes []Probe       `json:"-"`
+	Probes []Probe      `json:"-"`
 	Paths  []string     `json:"-"`
 	Sites  []pinnedSite `json:"-"`
 
@@ -475,7 +475,6 @@ func encodeManifest(m *manifest) ([]byte, error) {
 	}
 	return out, nil
 }
-
 
 // gunzipPart reads one length-prefixed gzip part off data and returns it
 // decompressed, and the rest of data.
