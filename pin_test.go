@@ -380,3 +380,90 @@ func TestPinStale(t *testing.T) {
 		checkPinCounts(t, c, back.Sites(), 0)
 	})
 }
+
+// TestPinUSDT: a Link with USDT sites (arguments, a semaphore) is pinned,
+// closed and taken back: the semaphore stays set, the arguments are read
+// through the spec ids the pinned spec map holds, and Unpin and Close give
+// the ids back.
+func TestPinUSDT(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		if f.Path() == kernelprobe.PathPerfEvent && !f.Cookies {
+			t.Skip("perf-event uprobes are not links to pin before Linux 5.15 (TestPinTakeBack checks the refusal)")
+		}
+		const n = 20
+		target := testprogs.PrivateCopy(t, testprogs.USDTTarget(t))
+		p := startUSDT(t, target, n)
+		pl, err := multiprobe.Resolve(mustParse(t, "usdt:"+target+":mp:tick", "usdt:"+target+":mp:guarded", "uprobe:"+target+":report"), &multiprobe.Options{Features: &f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pl.Close()
+		spec, err := testprogs.USDTCounterSpec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pl.Prepare(spec); err != nil {
+			t.Fatal(err)
+		}
+		c, err := testprogs.NewUSDTCounter(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		dir := testutil.BPFFS(t) + "/agent"
+		l, err := pl.Attach(c.CountUSDT)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Pin(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		back, err := multiprobe.LoadPinnedLink(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := p.Finish(t), fmt.Sprintf("done %d", n); got != want {
+			t.Errorf("target said %q, want %q: the guarded probe's semaphore was not set", got, want)
+		}
+		sites := back.Sites()
+		hits, _ := testprogs.ReadInt64s(c.Hits, len(sites))
+		sum0, _ := testprogs.ReadInt64s(c.Sum0, len(sites))
+		sum1, err := testprogs.ReadInt64s(c.Sum1, len(sites))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sumI := int64(n * (n - 1) / 2)
+		for i, s := range sites {
+			var want [3]int64
+			switch s.Name {
+			case "mp:tick":
+				want = [3]int64{n, sumI, -3 * sumI}
+				if s.USDT == nil || len(s.USDT.Args) != 2 {
+					t.Errorf("%s taken back without its arguments: %+v", s.Name, s.USDT)
+				}
+			case "mp:guarded":
+				want = [3]int64{n, sumI, 0}
+			case "report":
+				want = [3]int64{1, 0, 0}
+			}
+			if got := [3]int64{hits[i], sum0[i], sum1[i]}; got != want {
+				t.Errorf("%s: hits, sum0, sum1 = %v, want %v", s.Name, got, want)
+			}
+		}
+		if held := heldSpecs(t, c.Specs); held == 0 {
+			t.Error("no USDT spec id held by the pinned link")
+		}
+		if err := back.Unpin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := back.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if held := heldSpecs(t, c.Specs); held != 0 {
+			t.Errorf("%d USDT spec ids still held after Unpin and Close", held)
+		}
+	})
+}
