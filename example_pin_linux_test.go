@@ -142,6 +142,7 @@ func TestExampleLoadPinnedLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer r.Close() // tests after this one count descriptors
 	stdout := os.Stdout
 	os.Stdout = w
 	ExampleLoadPinnedLink()
