@@ -13,6 +13,7 @@ import (
 	"github.com/multiprobe/multiprobe/fallback"
 	"github.com/multiprobe/multiprobe/internal/target"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/usdt"
 )
 
 // ErrNotUpdatable: Update was called on a Link whose plan did not have
@@ -111,8 +112,22 @@ func (l *Link) Update(pl *Plan) (err error) {
 	if err := setGenState(l.genState, gen, true); err != nil {
 		return err
 	}
+	errs := []error{l.graceUprobes(added)}
+	errs = append(errs, l.retire(pl, gen, keep, added, specIDs, oldPins)...)
+	if err := errors.Join(errs...); err != nil {
+		// The new set is attached and counting; what failed is cleaning
+		// up after the old one.
+		return fmt.Errorf("multiprobe: Update: the new sites are attached, but: %w", err)
+	}
+	return nil
+}
+
+// retire makes the units kept (keep) and added, of generation gen, the
+// link's, closes the others and what only they used, and ends the
+// update's overlap. It returns what went wrong; the new set counts
+// whatever it says.
+func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit, specIDs *usdt.SpecIDs, oldPins []pinnedProg) []error {
 	var errs []error
-	errs = append(errs, l.graceUprobes(added))
 	var units, dropped []*unit
 	var oldDirs []string
 	for _, u := range l.units {
@@ -142,13 +157,7 @@ func (l *Link) Update(pl *Plan) (err error) {
 	if l.pinDir != "" {
 		errs = append(errs, l.removeOldPins(oldDirs, oldPins))
 	}
-	errs = append(errs, setGenState(l.genState, gen, false))
-	if err := errors.Join(errs...); err != nil {
-		// The new set is attached and counting; what failed is cleaning
-		// up after the old one.
-		return fmt.Errorf("multiprobe: Update: the new sites are attached, but: %w", err)
-	}
-	return nil
+	return append(errs, setGenState(l.genState, gen, false))
 }
 
 // repin lays the updated link out in its directory: the new program
