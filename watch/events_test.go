@@ -1,0 +1,176 @@
+package watch
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/probetest"
+)
+
+// collect reads events from s until stop is closed.
+func collect(t *testing.T, s *source) (events func() []event) {
+	t.Helper()
+	ch := make(chan event, 1<<16)
+	go func() {
+		for {
+			e, err := s.read()
+			if err != nil {
+				close(ch)
+				return
+			}
+			ch <- e
+		}
+	}()
+	var got []event
+	return func() []event {
+		for {
+			select {
+			case e, ok := <-ch:
+				if !ok {
+					return got
+				}
+				got = append(got, e)
+			case <-time.After(200 * time.Millisecond):
+				return got
+			}
+		}
+	}
+}
+
+// mmapAt reports whether events hold a mapping of pid at one of maps'
+// starts whose path contains name.
+func mmapAt(events []event, pid int, maps []mapping, name string) bool {
+	for _, e := range events {
+		if e.PID != uint32(pid) || e.Kind != eventMmap {
+			continue
+		}
+		for _, m := range maps {
+			if m.Start == e.Addr && strings.Contains(m.Path, name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func has(events []event, pid int, kind eventKind) bool {
+	for _, e := range events {
+		if e.PID == uint32(pid) && e.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEvents: a program started after the source is attached shows as an
+// exec, the executable mappings of its libraries as mmap events at the
+// starts /proc/PID/maps gives, and its end as an exit.
+func TestEvents(t *testing.T) {
+	probetest.RequireBPF(t)
+	s, err := newSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	events := collect(t, s)
+
+	target := testprogs.PrivateTarget(t, 5)
+	p := testprogs.Start(t, target, "-wait", "1")
+	maps, err := execMappings(p.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := events()
+	if !has(got, p.PID(), eventExec) {
+		t.Errorf("no exec event for %d among %d events", p.PID(), len(got))
+	}
+	// exec maps the program and its interpreter itself: the exec event
+	// stands for them. ld.so maps the libraries.
+	if !mmapAt(got, p.PID(), maps, "libc.so") {
+		t.Errorf("no mmap event of %d at its mapping of libc (maps: %+v)", p.PID(), maps)
+	}
+	p.Finish(t)
+	if got := events(); !has(got, p.PID(), eventExit) {
+		t.Errorf("no exit event for %d", p.PID())
+	}
+	if n := s.lost(); n != 0 {
+		t.Errorf("%d events lost", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.read(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("read after Close: %v, want os.ErrClosed", err)
+	}
+}
+
+// TestEventsDlopen: a library a running program opens with dlopen shows
+// as an mmap event at its mapping.
+func TestEventsDlopen(t *testing.T) {
+	probetest.RequireBPF(t)
+	py, err := exec.LookPath("python3")
+	testutil.RequireTool(t, "python3", err)
+	s, err := newSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	events := collect(t, s)
+	p := testprogs.Start(t, py, "-c", `import sys, ctypes
+print("ready", flush=True)
+sys.stdin.readline()
+ctypes.CDLL("libz.so.1")
+print("opened", flush=True)
+sys.stdin.readline()`)
+	events()
+	if line := p.Do(t, "go"); line != "opened" {
+		t.Fatalf("python said %q", line)
+	}
+	maps, err := execMappings(p.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := events(); !mmapAt(got, p.PID(), maps, "libz.so") {
+		t.Errorf("no mmap event of %d at its mapping of libz after dlopen", p.PID())
+	}
+}
+
+func TestParseMapsLine(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want mapping
+		ok   bool
+	}{
+		{"7f1c2a828000-7f1c2a9ad000 r-xp 00028000 fe:00 1837461                    /usr/lib/x86_64-linux-gnu/libc.so.6",
+			mapping{Start: 0x7f1c2a828000, End: 0x7f1c2a9ad000, Offset: 0x28000, Major: 0xfe, Minor: 0, Ino: 1837461, Path: "/usr/lib/x86_64-linux-gnu/libc.so.6"}, true},
+		{"55d0c0a00000-55d0c0a01000 r-xp 00001000 00:2a 12 /tmp/a dir/prog (deleted)",
+			mapping{Start: 0x55d0c0a00000, End: 0x55d0c0a01000, Offset: 0x1000, Major: 0, Minor: 0x2a, Ino: 12, Path: "/tmp/a dir/prog (deleted)"}, true},
+		{"7f1c2a800000-7f1c2a828000 r--p 00000000 fe:00 1837461 /usr/lib/x86_64-linux-gnu/libc.so.6", mapping{}, false},
+		{"7ffd4b7f5000-7ffd4b7f7000 r-xp 00000000 00:00 0                          [vdso]", mapping{}, false},
+		{"7f00-7f10 rwxp 00000000 00:00 0", mapping{}, false},
+		{"zz-7f10 r-xp 00000000 08:01 5 /x", mapping{}, false},
+		{"", mapping{}, false},
+	} {
+		got, ok := parseMapsLine(tc.line)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("parseMapsLine(%q) = %+v, %v; want %+v, %v", tc.line, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseMapsLine(f *testing.F) {
+	f.Add("7f1c2a828000-7f1c2a9ad000 r-xp 00028000 fe:00 1837461 /usr/lib/x86_64-linux-gnu/libc.so.6")
+	f.Add("55d0c0a00000-55d0c0a01000 r-xp 00001000 00:2a 12 /tmp/a dir/prog (deleted)")
+	f.Fuzz(func(t *testing.T, line string) {
+		m, ok := parseMapsLine(line)
+		if ok && (m.Path == "" || m.Ino == 0) {
+			t.Errorf("parseMapsLine(%q) accepted %+v", line, m)
+		}
+	})
+}
