@@ -272,6 +272,13 @@ type Mapping struct {
 	// process mapped it; HostPath then names the file now at Path, not the
 	// one mapped.
 	Deleted bool
+	// Major, Minor and Inode identify the file the kernel maps, which is
+	// the file a uprobe on it is on: behind an overlay, the real (lower
+	// or upper) file, which the containers of one image share.
+	Major, Minor uint32
+	Inode        uint64
+	// Start is where the file's first executable mapping begins.
+	Start uint64
 }
 
 // ExecutableMappings lists the files that process pid has mapped
@@ -295,7 +302,7 @@ func executableFiles(maps []mapsLine, pid int) []Mapping {
 		if !pm.Exec || !strings.HasPrefix(pm.Path, "/") {
 			continue // [vdso], anonymous and the like
 		}
-		m := Mapping{Path: pm.Path}
+		m := Mapping{Path: pm.Path, Major: pm.Major, Minor: pm.Minor, Inode: pm.Inode, Start: pm.Start}
 		if p, ok := strings.CutSuffix(pm.Path, " (deleted)"); ok {
 			m.Path, m.Deleted = p, true
 		}

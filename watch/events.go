@@ -1,13 +1,10 @@
 package watch
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -110,67 +107,4 @@ func (s *source) Close() error {
 	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)
-}
-
-// mapping is one line of /proc/PID/maps: a file mapped executable. Dev and
-// Ino are the file the kernel maps, and probes: behind an overlay, the
-// real (lower or upper) file, whose inode two containers of one image
-// share.
-type mapping struct {
-	Start, End uint64
-	Major      uint32
-	Minor      uint32
-	Ino        uint64
-	Path       string // as the process sees it
-	Offset     uint64 // in the file
-}
-
-// execMappings returns the file mappings of pid that are executable.
-func execMappings(pid int) ([]mapping, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/maps")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mapping
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m, ok := parseMapsLine(sc.Text())
-		if ok {
-			out = append(out, m)
-		}
-	}
-	return out, sc.Err()
-}
-
-// parseMapsLine parses "START-END PERMS OFFSET MAJOR:MINOR INODE PATH" of
-// an executable file mapping; ok is false for any other line.
-func parseMapsLine(line string) (m mapping, ok bool) {
-	f := strings.Fields(line)
-	if len(f) < 6 || len(f[1]) < 3 || f[1][2] != 'x' || f[4] == "0" || !strings.HasPrefix(f[5], "/") {
-		return mapping{}, false
-	}
-	start, end, ok1 := strings.Cut(f[0], "-")
-	major, minor, ok2 := strings.Cut(f[3], ":")
-	if !ok1 || !ok2 {
-		return mapping{}, false
-	}
-	var err error
-	parse := func(s string, base int, bits int) uint64 {
-		v, e := strconv.ParseUint(s, base, bits)
-		if e != nil {
-			err = e
-		}
-		return v
-	}
-	m.Start, m.End = parse(start, 16, 64), parse(end, 16, 64)
-	m.Offset = parse(f[2], 16, 64)
-	m.Major, m.Minor = uint32(parse(major, 16, 32)), uint32(parse(minor, 16, 32))
-	m.Ino = parse(f[4], 10, 64)
-	if err != nil {
-		return mapping{}, false
-	}
-	// A path may hold spaces, and a deleted file ends in " (deleted)".
-	m.Path = strings.Join(f[5:], " ")
-	return m, true
 }

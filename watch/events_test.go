@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/probetest"
@@ -45,7 +46,7 @@ func collect(t *testing.T, s *source) (events func() []event) {
 
 // mmapAt reports whether events hold a mapping of pid at one of maps'
 // starts whose path contains name.
-func mmapAt(events []event, pid int, maps []mapping, name string) bool {
+func mmapAt(events []event, pid int, maps []elfsym.Mapping, name string) bool {
 	for _, e := range events {
 		if e.PID != uint32(pid) || e.Kind != eventMmap {
 			continue
@@ -82,7 +83,7 @@ func TestEvents(t *testing.T) {
 
 	target := testprogs.PrivateTarget(t, 5)
 	p := testprogs.Start(t, target, "-wait", "1")
-	maps, err := execMappings(p.PID())
+	maps, err := elfsym.ExecutableMappings(p.PID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,45 +133,11 @@ sys.stdin.readline()`)
 	if line := p.Do(t, "go"); line != "opened" {
 		t.Fatalf("python said %q", line)
 	}
-	maps, err := execMappings(p.PID())
+	maps, err := elfsym.ExecutableMappings(p.PID())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := events(); !mmapAt(got, p.PID(), maps, "libz.so") {
 		t.Errorf("no mmap event of %d at its mapping of libz after dlopen", p.PID())
 	}
-}
-
-func TestParseMapsLine(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		want mapping
-		ok   bool
-	}{
-		{"7f1c2a828000-7f1c2a9ad000 r-xp 00028000 fe:00 1837461                    /usr/lib/x86_64-linux-gnu/libc.so.6",
-			mapping{Start: 0x7f1c2a828000, End: 0x7f1c2a9ad000, Offset: 0x28000, Major: 0xfe, Minor: 0, Ino: 1837461, Path: "/usr/lib/x86_64-linux-gnu/libc.so.6"}, true},
-		{"55d0c0a00000-55d0c0a01000 r-xp 00001000 00:2a 12 /tmp/a dir/prog (deleted)",
-			mapping{Start: 0x55d0c0a00000, End: 0x55d0c0a01000, Offset: 0x1000, Major: 0, Minor: 0x2a, Ino: 12, Path: "/tmp/a dir/prog (deleted)"}, true},
-		{"7f1c2a800000-7f1c2a828000 r--p 00000000 fe:00 1837461 /usr/lib/x86_64-linux-gnu/libc.so.6", mapping{}, false},
-		{"7ffd4b7f5000-7ffd4b7f7000 r-xp 00000000 00:00 0                          [vdso]", mapping{}, false},
-		{"7f00-7f10 rwxp 00000000 00:00 0", mapping{}, false},
-		{"zz-7f10 r-xp 00000000 08:01 5 /x", mapping{}, false},
-		{"", mapping{}, false},
-	} {
-		got, ok := parseMapsLine(tc.line)
-		if ok != tc.ok || got != tc.want {
-			t.Errorf("parseMapsLine(%q) = %+v, %v; want %+v, %v", tc.line, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
-func FuzzParseMapsLine(f *testing.F) {
-	f.Add("7f1c2a828000-7f1c2a9ad000 r-xp 00028000 fe:00 1837461 /usr/lib/x86_64-linux-gnu/libc.so.6")
-	f.Add("55d0c0a00000-55d0c0a01000 r-xp 00001000 00:2a 12 /tmp/a dir/prog (deleted)")
-	f.Fuzz(func(t *testing.T, line string) {
-		m, ok := parseMapsLine(line)
-		if ok && (m.Path == "" || m.Ino == 0) {
-			t.Errorf("parseMapsLine(%q) accepted %+v", line, m)
-		}
-	})
 }
