@@ -1,0 +1,142 @@
+package watch
+
+import (
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/multiprobe/multiprobe/elfsym"
+)
+
+// fileKey is a file as the kernel maps it, and probes it: behind an
+// overlay the real file, so that containers of one image, which map one
+// lower-layer file through mounts of their own, are one file here, as
+// they are one uprobe in the kernel. (Keying by the path's own device and
+// inode would count each of their calls once per container.)
+type fileKey struct {
+	major, minor uint32
+	ino          uint64
+}
+
+// tracked is a file that matches the watch's targets, and the processes
+// that map it.
+type tracked struct {
+	key fileKey
+	// path is the file as the first process that mapped it names it, and
+	// hostPath reaches it from here (through that process's root).
+	path, hostPath string
+	users          map[int]bool
+}
+
+// tracker follows which processes map which matching files, from an
+// initial scan of /proc and then from events. It calls appeared when a
+// matching file is mapped for the first time, and idle when its last
+// user is gone. It is not safe for concurrent use.
+type tracker struct {
+	match    func(path string) bool
+	appeared func(f *tracked, pid int)
+	idle     func(f *tracked)
+	files    map[fileKey]*tracked
+	byPID    map[int][]fileKey
+}
+
+func newTracker(match func(string) bool, appeared func(*tracked, int), idle func(*tracked)) *tracker {
+	return &tracker{match: match, appeared: appeared, idle: idle, files: map[fileKey]*tracked{}, byPID: map[int][]fileKey{}}
+}
+
+// scan reads every process's mappings: what runs when the watch starts.
+func (t *tracker) scan() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			t.mapped(pid)
+		}
+	}
+}
+
+// handle updates the files' users for an event.
+func (t *tracker) handle(e event) {
+	pid := int(e.PID)
+	switch e.Kind {
+	case eventExec:
+		t.exited(pid) // the old program's mappings are gone
+		t.mapped(pid)
+	case eventMmap:
+		t.mapped(pid)
+	case eventExit:
+		t.exited(pid)
+	}
+}
+
+// mapped adds pid as a user of the matching files it maps.
+func (t *tracker) mapped(pid int) {
+	maps, err := elfsym.ExecutableMappings(pid)
+	if err != nil {
+		return // exited meanwhile, or a kernel thread
+	}
+	for _, m := range maps {
+		if m.Inode == 0 || !t.match(m.Path) {
+			continue
+		}
+		k := fileKey{m.Major, m.Minor, m.Inode}
+		f := t.files[k]
+		if f == nil {
+			f = &tracked{key: k, path: m.Path, hostPath: m.HostPath, users: map[int]bool{}}
+			t.files[k] = f
+			f.users[pid] = true
+			t.byPID[pid] = append(t.byPID[pid], k)
+			t.appeared(f, pid)
+			continue
+		}
+		if !f.users[pid] {
+			f.users[pid] = true
+			t.byPID[pid] = append(t.byPID[pid], k)
+		}
+	}
+}
+
+// exited removes pid from the users of its files.
+func (t *tracker) exited(pid int) {
+	for _, k := range t.byPID[pid] {
+		f := t.files[k]
+		if f == nil {
+			continue
+		}
+		delete(f.users, pid)
+		if len(f.users) == 0 {
+			t.idle(f)
+		}
+	}
+	delete(t.byPID, pid)
+}
+
+// forget stops tracking f (its link is closed): if it is mapped again, it
+// appears again.
+func (t *tracker) forget(f *tracked) {
+	delete(t.files, f.key)
+}
+
+// matchTarget reports whether a file at p (as a process names it) is what
+// a probe target means: the path itself, a path glob, or a bare name: a
+// program or library of that name, a library name without its ".so"
+// ("libc", "libssl") with any soname version, as elfsym.LookPath finds
+// them.
+func matchTarget(target, p string) bool {
+	p = strings.TrimSuffix(p, " (deleted)")
+	if strings.Contains(target, "/") {
+		if ok, err := path.Match(filepath.Clean(target), p); err == nil && ok {
+			return true
+		}
+		return filepath.Clean(target) == p
+	}
+	base := path.Base(p)
+	if base == target {
+		return true
+	}
+	if strings.Contains(target, ".so") {
+		return strings.HasPrefix(base, target+".") // libssl.so matches libssl.so.3
+	}
+	return strings.HasPrefix(base, target+".so")
+}
