@@ -70,10 +70,10 @@ func TestUpdateToggles(t *testing.T) {
 		const n = 20
 		steadyCalls, rounds := 20_000, 100
 		if f.Path() == kernelprobe.PathPerfEvent {
-			rounds = 8 // each site costs ~0.1 s to detach there
+			rounds = 6 // each site costs ~0.1 s to detach there
 		}
 		if testutil.InGuest() {
-			steadyCalls, rounds = 2_000, min(rounds, 8)
+			steadyCalls, rounds = 2_000, min(rounds, 5)
 		}
 		target := testprogs.PrivateTarget(t, n)
 		groups := make([][]string, rounds+1)
