@@ -64,6 +64,32 @@ const (
 // change: the copies use the loaded program's maps). Prepare may be called
 // again on a prepared spec.
 func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
+	return pl.prepare(cs)
+}
+
+// PrepareSpec prepares cs as Plan.Prepare does where no plan exists yet,
+// for plans resolved later with opts (package watch resolves one per file
+// as files appear): the attach type of the kernel's path and, before
+// Linux 5.15, the section the per-site copies read their cookie from.
+// Each plan's own Prepare still runs before its Attach (it may be called
+// on a loaded program's spec), to keep the spec for the copies it makes.
+func PrepareSpec(cs *ebpf.CollectionSpec, opts *Options) error {
+	if cs == nil {
+		return fmt.Errorf("multiprobe: PrepareSpec: nil CollectionSpec")
+	}
+	pl := &Plan{}
+	if opts != nil {
+		pl.opts = *opts
+	}
+	if err := pl.setup(); err != nil {
+		return err
+	}
+	kernelprobe.PrepareCollectionSpec(cs, pl.features.Path())
+	_, _, _, err := pl.fixCookies(cs)
+	return err
+}
+
+func (pl *Plan) prepare(cs *ebpf.CollectionSpec) error {
 	if cs == nil {
 		return fmt.Errorf("multiprobe: Prepare: nil CollectionSpec")
 	}

@@ -1,0 +1,278 @@
+package watch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/multiprobe/multiprobe"
+)
+
+// Options change what a Watch does. A nil *Options is the zero value.
+type Options struct {
+	// Plan is what each file's sites are resolved with (see
+	// multiprobe.Options); PID must be 0: a watch is for every process
+	// (PIDs, a Link's own filter, may narrow it).
+	Plan multiprobe.Options
+	// Report, if not nil, is told what the watch does with each file, from
+	// the watch's goroutine, one report at a time.
+	Report func(Report)
+}
+
+// What a Report says happened.
+type What int
+
+const (
+	// Attached: the file's sites are attached.
+	Attached What = iota + 1
+	// Detached: the file's last process exited and the file was unlinked
+	// (an upgrade replaced it), so its link is closed.
+	Detached
+	// Skipped: the file matched a probe's target but could not be
+	// attached; Err says why. It is tried again when a process maps it
+	// next.
+	Skipped
+)
+
+func (w What) String() string {
+	switch w {
+	case Attached:
+		return "attached"
+	case Detached:
+		return "detached"
+	case Skipped:
+		return "skipped"
+	}
+	return fmt.Sprintf("What(%d)", int(w))
+}
+
+// Report says what a Watch did with one file.
+type Report struct {
+	What What
+	// Path is the file as the process that mapped it names it, in its own
+	// mount namespace; PID is that process.
+	Path string
+	PID  int
+	// Sites is how many sites were attached (Attached).
+	Sites int
+	// Err is why the file was skipped, or what went wrong detaching it.
+	Err error
+}
+
+// A Watch attaches a program to the sites of probe specs in every file
+// that matches their targets, in any process and mount namespace, as the
+// files are mapped: at New for what runs already, and later from the
+// kernel's exec and mmap events. A file is keyed by the inode the kernel
+// maps (the real file behind an overlay: containers of one image share
+// it, and so does its uprobe), resolved and attached once, and detached
+// when its last process has exited and it was unlinked. Each file's sites
+// have the cookies of their own plan (multiprobe.Plan.Sites): one library
+// version gives one function the same cookie in every copy, so that a
+// program counting by cookie counts a function over all of them.
+type Watch struct {
+	probes []multiprobe.Probe
+	spec   *ebpf.CollectionSpec
+	prog   *ebpf.Program
+	opts   Options
+	src    *source
+	tr     *tracker
+	done   chan struct{}
+
+	mu    sync.Mutex
+	files map[fileKey]*attached
+}
+
+// attached is one file's plan and link, and the file held open, which
+// tells whether it was unlinked.
+type attached struct {
+	f    *tracked
+	file *os.File
+	plan *multiprobe.Plan
+	link *multiprobe.Link
+}
+
+// New starts watching. spec is the collection prog was loaded from, after
+// multiprobe.PrepareSpec with opts.Plan: each file's plan prepares it
+// again before it attaches prog. Close the Watch to detach everything.
+func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts *Options) (*Watch, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	switch {
+	case len(probes) == 0:
+		return nil, fmt.Errorf("watch: no probes: %w", multiprobe.ErrBadSpec)
+	case spec == nil || prog == nil:
+		return nil, errors.New("watch: nil spec or program")
+	case opts.Plan.PID != 0:
+		return nil, fmt.Errorf("watch: Options.Plan.PID %d: a watch is for every process; filter with PIDs", opts.Plan.PID)
+	}
+	src, err := newSource()
+	if err != nil {
+		return nil, err
+	}
+	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}}
+	w.tr = newTracker(w.match, w.appeared, w.idle)
+	// The events program runs from here on, so a process that starts
+	// during the scan is seen by one or the other, or both, which the
+	// tracker takes as one.
+	w.mu.Lock()
+	w.tr.scan()
+	w.mu.Unlock()
+	go w.loop()
+	return w, nil
+}
+
+func (w *Watch) loop() {
+	defer close(w.done)
+	for {
+		e, err := w.src.read()
+		if err != nil {
+			return
+		}
+		w.mu.Lock()
+		w.tr.handle(e)
+		if e.Kind == eventExit {
+			w.sweep()
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *Watch) match(path string) bool {
+	return slices.ContainsFunc(w.probes, func(p multiprobe.Probe) bool { return matchTarget(p.Target, path) })
+}
+
+func (w *Watch) report(r Report) {
+	if w.opts.Report != nil {
+		w.opts.Report(r)
+	}
+}
+
+// appeared resolves and attaches the probes whose target f matches, in f
+// as the process pid reaches it.
+func (w *Watch) appeared(f *tracked, pid int) {
+	a, err := w.attach(f)
+	if err != nil {
+		w.tr.forget(f) // tried again when mapped again
+		w.report(Report{What: Skipped, Path: f.path, PID: pid, Err: err})
+		return
+	}
+	w.files[f.key] = a
+	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: a.plan.Len()})
+}
+
+func (w *Watch) attach(f *tracked) (_ *attached, err error) {
+	var probes []multiprobe.Probe
+	for _, p := range w.probes {
+		if matchTarget(p.Target, f.path) {
+			p.Target = f.hostPath
+			probes = append(probes, p)
+		}
+	}
+	a := &attached{f: f}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
+	if a.file, err = os.Open(f.hostPath); err != nil {
+		return nil, err
+	}
+	if a.plan, err = multiprobe.Resolve(probes, &w.opts.Plan); err != nil {
+		return nil, err
+	}
+	if err := a.plan.Prepare(w.spec); err != nil {
+		return nil, err
+	}
+	if a.link, err = a.plan.Attach(w.prog); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *attached) close() error {
+	var errs []error
+	if a.link != nil {
+		errs = append(errs, a.link.Close())
+	}
+	if a.plan != nil {
+		errs = append(errs, a.plan.Close())
+	}
+	if a.file != nil {
+		errs = append(errs, a.file.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// idle is a file whose last process exited: detached if it is unlinked.
+func (w *Watch) idle(f *tracked) {
+	a := w.files[f.key]
+	if a == nil {
+		return
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(a.file.Fd()), &st); err != nil || st.Nlink > 0 {
+		return // a later process may map it: its uprobes wait there
+	}
+	delete(w.files, f.key)
+	w.tr.forget(f)
+	w.report(Report{What: Detached, Path: f.path, Err: a.close()})
+}
+
+// sweep detaches the idle files unlinked since they went idle.
+func (w *Watch) sweep() {
+	for _, a := range w.files {
+		if len(a.f.users) == 0 {
+			w.idle(a.f)
+		}
+	}
+}
+
+// File is a file a Watch has attached.
+type File struct {
+	// Path is the file as the first process that mapped it names it.
+	Path string
+	// Users is how many processes map it now.
+	Users int
+	// Link is its link: read its Sites, do not close it.
+	Link *multiprobe.Link
+}
+
+// Files returns the files attached now.
+func (w *Watch) Files() []File {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]File, 0, len(w.files))
+	for _, a := range w.files {
+		out = append(out, File{Path: a.f.path, Users: len(a.f.users), Link: a.link})
+	}
+	slices.SortFunc(out, func(a, b File) int {
+		switch {
+		case a.Path < b.Path:
+			return -1
+		case a.Path > b.Path:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Close stops the watch and detaches every file.
+func (w *Watch) Close() error {
+	err := w.src.Close()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	errs := []error{err}
+	for k, a := range w.files {
+		errs = append(errs, a.close())
+		delete(w.files, k)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,205 @@
+package watch
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
+)
+
+// TestWatchContainers: processes that start after the watch, each running
+// its own copy of a program from a mount namespace of its own (as
+// containers of their own images would), are each attached once, before
+// they make their calls, and every call is counted; a copy whose
+// processes exited and that was deleted is detached.
+func TestWatchContainers(t *testing.T) {
+	probetest.RequireBPF(t)
+	native, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	perf := native
+	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
+	for _, f := range []kernelprobe.Features{native, perf} {
+		t.Run(f.Path().String(), func(t *testing.T) { testWatchContainers(t, f) })
+		if native.Path() == kernelprobe.PathPerfEvent {
+			break
+		}
+	}
+}
+
+func testWatchContainers(t *testing.T, f kernelprobe.Features) {
+	const n, copies, calls = 5, 6, 3
+	// A name of its own: other tests' targets, exiting as this starts,
+	// are called "target".
+	target := filepath.Join(t.TempDir(), "watched"+strings.ReplaceAll(f.Path().String(), "_", ""))
+	if err := os.Rename(testprogs.PrivateTarget(t, n), target); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := testprogs.CounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := multiprobe.PrepareSpec(spec, &multiprobe.Options{Features: &f}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.NewCounter(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	probes, err := multiprobe.ParseProbes("uprobe:" + filepath.Base(target) + ":func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := probetest.TakeSnapshot(t)
+	var mu sync.Mutex
+	var reports []Report
+	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: func(r Report) {
+		mu.Lock()
+		reports = append(reports, r)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(what What) int {
+		mu.Lock()
+		defer mu.Unlock()
+		k := 0
+		for _, r := range reports {
+			if r.What == what {
+				k++
+			}
+		}
+		return k
+	}
+	waitFor := func(what What, k int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); count(what) < k; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				mu.Lock()
+				t.Fatalf("%d %v reports, want %d: %+v", count(what), what, k, reports)
+			}
+		}
+	}
+
+	var procs []*testprogs.Proc
+	var paths []string
+	for range copies {
+		p, inside := testprogs.StartInPrivateMount(t, target, "-wait", "3")
+		procs, paths = append(procs, p), append(paths, inside)
+	}
+	waitFor(Attached, copies)
+	if files := w.Files(); len(files) != copies {
+		t.Errorf("%d files attached, want %d: %+v", len(files), copies, files)
+	}
+	for _, p := range procs {
+		p.Finish(t)
+	}
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if want := uint64(copies * testprogs.ExpectedCalls(i, calls)); counts[i] != want {
+			t.Errorf("%s: %d calls counted over %d copies, want %d", testprogs.FuncName(i), counts[i], copies, want)
+		}
+	}
+
+	// The copies are still there, so their uprobes wait for another
+	// process; deleted, they go.
+	if count(Detached) != 0 {
+		t.Errorf("%d files detached while they still exist", count(Detached))
+	}
+	for _, inside := range paths {
+		// StartInPrivateMount's copy lives in src beside mnt.
+		if err := os.Remove(filepath.Join(filepath.Dir(filepath.Dir(inside)), "src", filepath.Base(inside))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec.Command("true").Run() // an exit, which looks at idle files again
+	waitFor(Detached, copies)
+	if files := w.Files(); len(files) != 0 {
+		t.Errorf("%d files attached after every copy was deleted", len(files))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before.Check(t, "after Close")
+}
+
+// TestWatchDlopen: a library that a running program opens with dlopen
+// after the watch started is attached before the program calls it.
+func TestWatchDlopen(t *testing.T) {
+	probetest.RequireBPF(t)
+	py, err := exec.LookPath("python3")
+	testutil.RequireTool(t, "python3", err)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := testprogs.CounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := multiprobe.PrepareSpec(spec, &multiprobe.Options{Features: &f}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.NewCounter(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	probes, err := multiprobe.ParseProbes("uprobe:libz:zlibVersion")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(probes, spec, c.CountEntry, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	// A python that loads no zlib until told (its zlib module would).
+	p := testprogs.Start(t, py, "-S", "-c", `import sys, ctypes
+print("ready", flush=True)
+sys.stdin.readline()
+z = ctypes.CDLL("libz.so.1")
+print("opened", flush=True)
+sys.stdin.readline()
+for i in range(7):
+    z.zlibVersion()
+print("called", flush=True)`)
+	if line := p.Do(t, "go"); line != "opened" {
+		t.Fatalf("python said %q", line)
+	}
+	// Attached for this python, or for another process that maps the
+	// same libz (the watch attaches a file once).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if files := w.Files(); len(files) == 1 && strings.Contains(files[0].Path, "libz.so") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("libz was not attached after dlopen: %+v", w.Files())
+		}
+	}
+	if line := p.Do(t, "go"); line != "called" {
+		t.Fatalf("python said %q", line)
+	}
+	counts, err := testprogs.ReadArray(c.Counts, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[0] != 7 {
+		t.Errorf("zlibVersion counted %d times, python called it 7 times", counts[0])
+	}
+}
