@@ -272,9 +272,9 @@ type Mapping struct {
 	// process mapped it; HostPath then names the file now at Path, not the
 	// one mapped.
 	Deleted bool
-	// Major, Minor and Inode identify the file the kernel maps, which is
-	// the file a uprobe on it is on: behind an overlay, the real (lower
-	// or upper) file, which the containers of one image share.
+	// Major, Minor and Inode are the file's device and inode as the
+	// maps show them: behind an overlay, the overlay mount's device with
+	// the real file's inode number.
 	Major, Minor uint32
 	Inode        uint64
 	// Start is where the file's first executable mapping begins.

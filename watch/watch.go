@@ -67,10 +67,12 @@ type Report struct {
 // A Watch attaches a program to the sites of probe specs in every file
 // that matches their targets, in any process and mount namespace, as the
 // files are mapped: at New for what runs already, and later from the
-// kernel's exec and mmap events. A file is keyed by the inode the kernel
-// maps (the real file behind an overlay: containers of one image share
-// it, and so does its uprobe), resolved and attached once, and detached
-// when its last process has exited and it was unlinked. Each file's sites
+// kernel's exec and mmap events. A file is keyed by its device and inode
+// as /proc/PID/maps shows them, resolved and attached once, and detached
+// when its last process has exited and it was unlinked. (Behind overlays
+// that key is per mount while the kernel's uprobe is on the real file:
+// containers of one image sharing a lower layer would count a call once
+// per container. Not handled yet.) Each file's sites
 // have the cookies of their own plan (multiprobe.Plan.Sites): one library
 // version gives one function the same cookie in every copy, so that a
 // program counting by cookie counts a function over all of them.

@@ -3,9 +3,8 @@
 // The events behind package watch: a process that starts running a
 // program (exec), maps a file executable (mmap with PROT_EXEC: ld.so
 // loading a library, dlopen), or exits. User space reads the process's
-// /proc/PID/maps on each, which names the file as the kernel probes it
-// (the real inode behind an overlay), so the events carry only the
-// process and, for a mapping, where it landed.
+// /proc/PID/maps on each, so the events carry only the process and, for a
+// mapping, where it landed.
 //
 // The mappings come from the mmap system call (ld.so, dlopen): its entry
 // says whether the mapping is executable and of a file, its exit where
