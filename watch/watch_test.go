@@ -9,12 +9,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/probetest"
 )
+
+// loadCounter loads the counter program from a spec prepared for plans
+// with features f, as a watch's user does.
+func loadCounter(t *testing.T, f kernelprobe.Features) (*ebpf.CollectionSpec, *testprogs.Counter) {
+	t.Helper()
+	spec, err := testprogs.CounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := multiprobe.PrepareSpec(spec, &multiprobe.Options{Features: &f}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testprogs.NewCounter(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return spec, c
+}
 
 // TestWatchContainers: processes that start after the watch, each running
 // its own copy of a program from a mount namespace of its own (as
@@ -45,18 +66,7 @@ func testWatchContainers(t *testing.T, f kernelprobe.Features) {
 	if err := os.Rename(testprogs.PrivateTarget(t, n), target); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := testprogs.CounterSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := multiprobe.PrepareSpec(spec, &multiprobe.Options{Features: &f}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := testprogs.NewCounter(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	spec, c := loadCounter(t, f)
 	probes, err := multiprobe.ParseProbes("uprobe:" + filepath.Base(target) + ":func_*")
 	if err != nil {
 		t.Fatal(err)
@@ -148,18 +158,7 @@ func TestWatchDlopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := testprogs.CounterSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := multiprobe.PrepareSpec(spec, &multiprobe.Options{Features: &f}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := testprogs.NewCounter(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	spec, c := loadCounter(t, f)
 	probes, err := multiprobe.ParseProbes("uprobe:libz:zlibVersion")
 	if err != nil {
 		t.Fatal(err)
