@@ -32,7 +32,8 @@ var ErrNotUpdatable = errors.New("link has no generation check (resolve with Opt
 //
 // pl must be resolved for the same kernel path, with Options.Updatable,
 // and prepared for the link's program spec (pl.Prepare(spec)): Update
-// loads a copy of the program for the new generation. A return probe of a
+// loads a copy of the program for the new generation, which shares the
+// loaded program's maps; it finds them by ID, which needs CAP_SYS_ADMIN. A return probe of a
 // call that entered before Update returns is counted by the old link, if
 // it is still attached then: on Linux 6.12+ the kernel runs at a return
 // only the consumers that were there at the entry.
