@@ -12,13 +12,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type eventsObjects struct {
-	SysEnter, SysExit, ProcessExec, ProcessExit *ebpf.Program
-	Events, Lost                                *ebpf.Map
-}
-
-func (o *eventsObjects) Close() error { return nil }
-
-func loadEventsObjects(any, *ebpf.CollectionOptions) error {
-	return fmt.Errorf("no events program for %s: %w", runtime.GOARCH, ebpf.ErrNotSupported)
+func loadEvents() (*ebpf.CollectionSpec, error) {
+	return nil, fmt.Errorf("no events program for %s: %w", runtime.GOARCH, ebpf.ErrNotSupported)
 }

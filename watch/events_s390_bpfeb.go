@@ -19,6 +19,7 @@ const (
 	eventsMapEvents       = "events"
 	eventsMapLost         = "lost"
 	eventsMapMapping      = "mapping"
+	eventsProgFileVmas    = "file_vmas"
 	eventsProgProcessExec = "process_exec"
 	eventsProgProcessExit = "process_exit"
 	eventsProgSysEnter    = "sys_enter"
@@ -67,6 +68,7 @@ type eventsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type eventsProgramSpecs struct {
+	FileVmas    *ebpf.ProgramSpec `ebpf:"file_vmas"`
 	ProcessExec *ebpf.ProgramSpec `ebpf:"process_exec"`
 	ProcessExit *ebpf.ProgramSpec `ebpf:"process_exit"`
 	SysEnter    *ebpf.ProgramSpec `ebpf:"sys_enter"`
@@ -131,6 +133,7 @@ type eventsVariables struct {
 //
 // It can be passed to loadEventsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type eventsPrograms struct {
+	FileVmas    *ebpf.Program `ebpf:"file_vmas"`
 	ProcessExec *ebpf.Program `ebpf:"process_exec"`
 	ProcessExit *ebpf.Program `ebpf:"process_exit"`
 	SysEnter    *ebpf.Program `ebpf:"sys_enter"`
@@ -139,6 +142,7 @@ type eventsPrograms struct {
 
 func (p *eventsPrograms) Close() error {
 	return _EventsClose(
+		p.FileVmas,
 		p.ProcessExec,
 		p.ProcessExit,
 		p.SysEnter,

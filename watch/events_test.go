@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
@@ -145,5 +147,47 @@ sys.stdin.readline()`)
 	}
 	if got := events(); !mmapAt(got, p.PID(), maps, "libz.so") {
 		t.Errorf("no mmap event of %d at its mapping of libz after dlopen", p.PID())
+	}
+}
+
+// TestFileVMAs: the task_vma iterator lists this process's executable
+// mappings, each with the file the kernel maps, which for files on no
+// overlay is what stat(2) says.
+func TestFileVMAs(t *testing.T) {
+	probetest.RequireBPF(t)
+	s, err := newSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	testutil.RequireKernelFeature(t, s.vmas != nil, "task_vma iterators of one process (Linux 6.1)")
+	real, err := fileVMAs(s.vmas, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := elfsym.ExecutableMappings(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(maps) == 0 {
+		t.Fatal("no executable mappings in /proc/self/maps")
+	}
+	for _, m := range maps {
+		k, ok := real[m.Start]
+		if !ok {
+			t.Errorf("%s at %#x: not listed by the iterator (%d mappings listed)", m.Path, m.Start, len(real))
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(m.HostPath, &st); err != nil {
+			t.Fatal(err)
+		}
+		if want := (fileKey{unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), uint64(st.Ino)}); k != want {
+			t.Errorf("%s: the iterator says %+v, stat %+v", m.Path, k, want)
+		}
+	}
+	// A process that does not exist has no mappings (pid_max is 2^22).
+	if none, err := fileVMAs(s.vmas, 1<<30); err != nil || len(none) != 0 {
+		t.Errorf("a process that does not exist: %d mappings, %v", len(none), err)
 	}
 }

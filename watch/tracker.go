@@ -4,21 +4,22 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/multiprobe/multiprobe/elfsym"
 )
 
-// fileKey is a file as /proc/PID/maps names it: its device and inode.
-// Behind an overlay that is the overlay mount's device with the real
-// file's inode number (Linux 6.18: two mounts over one lower file show
-// 00:27 10078100 and 00:29 10078100, the file itself fe:00 10078100), so
-// containers of one image are one file per container here while the
-// kernel puts one uprobe on the real inode: attached once per container,
-// a call would count once per container. Keying by the real inode needs
-// the kernel's view (bpf_find_vma on the mapping, or a task_vma
-// iterator); see the notes.
+// fileKey is a file: its device and inode. Where the kernel lists a
+// process's mappings to a BPF iterator (Linux 6.1), it is the inode the
+// kernel maps, where a uprobe goes: behind an overlay, the layer's file.
+// /proc/PID/maps shows there (from about Linux 6.8) the overlay mount's
+// device with the real file's inode number (6.18: two mounts over one
+// lower file show 00:27 10078100 and 00:29 10078100, the file itself
+// fe:00 10078100): keyed so, containers of one image would be one file
+// each, each attached, and a call counted once per container. Before 6.1
+// the key is what the maps show, which there is the mapped (real) file.
 type fileKey struct {
 	major, minor uint32
 	ino          uint64
@@ -39,7 +40,10 @@ type tracked struct {
 // matching file is mapped for the first time, and idle when its last
 // user is gone. It is not safe for concurrent use.
 type tracker struct {
-	match    func(path string) bool
+	match func(path string) bool
+	// real, if not nil, lists a process's executable mappings by start
+	// with the files the kernel maps (source.fileVMAs).
+	real     func(pid int) (map[uint64]fileKey, error)
 	appeared func(f *tracked, pid int)
 	idle     func(f *tracked)
 	files    map[fileKey]*tracked
@@ -80,11 +84,24 @@ func (t *tracker) mapped(pid int) {
 	if err != nil {
 		return // exited meanwhile, or a kernel thread
 	}
-	for _, m := range maps {
-		if m.Inode == 0 || !t.match(m.Path) {
-			continue
+	maps = slices.DeleteFunc(maps, func(m elfsym.Mapping) bool { return m.Inode == 0 || !t.match(m.Path) })
+	if len(maps) == 0 {
+		return
+	}
+	var real map[uint64]fileKey
+	if t.real != nil {
+		if real, err = t.real(pid); err != nil {
+			return // exited meanwhile
 		}
+	}
+	for _, m := range maps {
 		k := fileKey{m.Major, m.Minor, m.Inode}
+		if real != nil {
+			var ok bool
+			if k, ok = real[m.Start]; !ok {
+				continue // unmapped since the maps were read
+			}
+		}
 		f := t.files[k]
 		if f == nil {
 			f = &tracked{key: k, path: m.Path, hostPath: m.HostPath, users: map[int]bool{}}

@@ -67,12 +67,14 @@ type Report struct {
 // A Watch attaches a program to the sites of probe specs in every file
 // that matches their targets, in any process and mount namespace, as the
 // files are mapped: at New for what runs already, and later from the
-// kernel's exec and mmap events. A file is keyed by its device and inode
-// as /proc/PID/maps shows them, resolved and attached once, and detached
-// when its last process has exited and it was unlinked. (Behind overlays
-// that key is per mount while the kernel's uprobe is on the real file:
-// containers of one image sharing a lower layer would count a call once
-// per container. Not handled yet.) Each file's sites
+// kernel's exec and mmap events. A file is the inode the kernel maps,
+// which is where a uprobe goes: containers of one image, each seeing the
+// image's library through an overlay mount of its own, map one file, which
+// is attached once and counts each call once. It is resolved and attached
+// once, and detached when its last process has exited and it was
+// unlinked. (Before Linux 6.1 the watch takes the device and inode that
+// /proc/PID/maps shows, which on those kernels are the mapped file's too.)
+// Each file's sites
 // have the cookies of their own plan (multiprobe.Plan.Sites): one library
 // version gives one function the same cookie in every copy, so that a
 // program counting by cookie counts a function over all of them.
@@ -119,6 +121,9 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	}
 	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}}
 	w.tr = newTracker(w.match, w.appeared, w.idle)
+	if src.vmas != nil {
+		w.tr.real = func(pid int) (map[uint64]fileKey, error) { return fileVMAs(src.vmas, pid) }
+	}
 	// The events program runs from here on, so a process that starts
 	// during the scan is seen by one or the other, or both, which the
 	// tracker takes as one.

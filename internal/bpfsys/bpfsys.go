@@ -83,6 +83,41 @@ func LinkCreateUprobeMulti(l UprobeMulti) (int, unix.Errno) {
 	return int(fd), 0
 }
 
+// iterAttr is the iterator variant of bpf_attr.link_create.
+type iterAttr struct {
+	progFD, targetFD, attachType, flags uint32
+	iterInfo                            uint64
+	iterInfoLen                         uint32
+	_                                   uint32
+}
+
+// attachTraceIter is BPF_TRACE_ITER.
+const attachTraceIter = 28
+
+// LinkCreateIterTask creates a link of the task iterator progFD (task,
+// task_file, task_vma) over the threads of process pid, and returns its fd
+// or the kernel's errno. Kernels before 6.1 know no such limit: their
+// union bpf_iter_link_info is the map's alone, and they refuse the longer
+// one with E2BIG rather than walk every task.
+func LinkCreateIterTask(progFD int, pid uint32) (int, unix.Errno) {
+	// union bpf_iter_link_info (16 bytes, the cgroup member's size); its
+	// task member is { tid, pid, pid_fd }.
+	var info [4]uint32
+	info[1] = pid
+	attr := iterAttr{
+		progFD:      uint32(progFD),
+		attachType:  attachTraceIter,
+		iterInfo:    uint64(uintptr(unsafe.Pointer(&info[0]))),
+		iterInfoLen: uint32(unsafe.Sizeof(info)),
+	}
+	fd, errno := bpf(cmdLinkCreate, unsafe.Pointer(&attr), unsafe.Sizeof(attr))
+	runtime.KeepAlive(&info)
+	if errno != 0 {
+		return -1, errno
+	}
+	return int(fd), 0
+}
+
 // linkInfo is the head of the kernel's struct bpf_link_info, which is all
 // that LinkID asks for.
 type linkInfo struct {

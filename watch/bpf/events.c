@@ -158,4 +158,65 @@ int process_exit(void *ctx)
 	return 0;
 }
 
+// The kernel's types file_vmas reads, as far as it reads them; CO-RE
+// finds each field where the running kernel has it.
+struct bpf_iter_meta {
+	void *seq;
+} __attribute__((preserve_access_index));
+
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	unsigned long vm_start;
+	unsigned long vm_flags;
+	struct file *vm_file;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__task_vma {
+	struct bpf_iter_meta *meta;
+	void *task;
+	struct vm_area_struct *vma;
+} __attribute__((preserve_access_index));
+
+#define VM_EXEC 0x4
+
+// One executable file mapping: where it starts and the file's device (the
+// kernel's dev_t: major << 20 | minor) and inode.
+struct vma {
+	__u64 start;
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+SEC("iter/task_vma")
+int file_vmas(struct bpf_iter__task_vma *ctx)
+{
+	struct vm_area_struct *vma = ctx->vma;
+	if (!vma || !(vma->vm_flags & VM_EXEC))
+		return 0;
+	struct file *f = vma->vm_file;
+	if (!f)
+		return 0;
+	struct inode *inode = f->f_inode;
+	struct vma out = {
+		.start = vma->vm_start,
+		.ino = inode->i_ino,
+		.dev = inode->i_sb->s_dev,
+	};
+	bpf_seq_write(ctx->meta->seq, &out, sizeof(out));
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
