@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/multiprobe/multiprobe/internal/fds"
 
@@ -262,19 +263,24 @@ func parseLdCache(data []byte, match func(key string) bool) []string {
 
 // A Mapping is a file that a process has mapped executable.
 type Mapping struct {
-	// Path is the file's path as the process sees it, in its own mount
-	// namespace.
+	// Path is the file's path as the process names it: in its own mount
+	// namespace, and inside its root directory if it is chrooted.
 	Path string
-	// HostPath reaches the same file from this process, through
-	// /proc/PID/root, even when the target runs in a container.
+	// HostPath reaches the very file mapped from this process: through
+	// /proc/PID/root where the process's path leads there to that file,
+	// else by the path /proc/PID/maps gives (a chrooted process's files
+	// are reachable from this root, and the maps name them so: through
+	// /proc/PID/root they would be under the chroot twice), else, for a
+	// file since deleted or replaced, or where an overlay shows other
+	// inode numbers than the maps, through /proc/PID/map_files (which
+	// needs CAP_SYS_ADMIN). Failing all, it is the /proc/PID/root path.
 	HostPath string
 	// Deleted reports that the file was deleted or replaced after the
-	// process mapped it; HostPath then names the file now at Path, not the
-	// one mapped.
+	// process mapped it.
 	Deleted bool
 	// Major, Minor and Inode are the file's device and inode as the
-	// maps show them: behind an overlay, the overlay mount's device with
-	// the real file's inode number.
+	// maps show them: behind an overlay (from about Linux 6.8), the
+	// overlay mount's device with the real file's inode number.
 	Major, Minor uint32
 	Inode        uint64
 	// Start is where the file's first executable mapping begins.
@@ -295,7 +301,15 @@ func ExecutableMappings(pid int) ([]Mapping, error) {
 }
 
 func executableFiles(maps []mapsLine, pid int) []Mapping {
-	root := "/proc/" + strconv.Itoa(pid) + "/root"
+	proc := "/proc/" + strconv.Itoa(pid)
+	root := proc + "/root"
+	// The maps give a path from this process's root where the file is
+	// reachable from it: a chrooted process's files under its root
+	// directory as this process sees it.
+	chroot, _ := os.Readlink(root)
+	if chroot == "/" {
+		chroot = ""
+	}
 	seen := map[string]bool{}
 	var out []Mapping
 	for _, pm := range maps {
@@ -310,10 +324,28 @@ func executableFiles(maps []mapsLine, pid int) []Mapping {
 			continue
 		}
 		seen[m.Path] = true
-		m.HostPath = root + m.Path
+		ours := m.Path
+		if rest, ok := strings.CutPrefix(m.Path, chroot+"/"); ok && chroot != "" {
+			m.Path = "/" + rest
+		}
+		m.HostPath = reach(pm.Inode, root+m.Path, ours, fmt.Sprintf("%s/map_files/%x-%x", proc, pm.Start, pm.End))
 		out = append(out, m)
 	}
 	return out
+}
+
+// reach returns the first of paths that opens the file of inode number
+// ino, or the first path. Inode numbers alone: a device number from stat
+// is not the maps' on btrfs (a subvolume's own) or behind an overlay.
+func reach(ino uint64, paths ...string) string {
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok && uint64(st.Ino) == ino {
+				return p
+			}
+		}
+	}
+	return paths[0]
 }
 
 // GlobIn returns the files a target path with globs names

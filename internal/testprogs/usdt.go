@@ -194,3 +194,28 @@ func SleeperTarget(tb testing.TB) string {
 func BuildSleeperTarget() (string, error) {
 	return buildCached("sleeper", []unit{{name: "sleeper.c", src: sleeperSource}}, []string{"-O1"})
 }
+
+//go:embed c/mallocs.c
+var mallocsSource []byte
+
+// MallocsTarget returns the path of a container's workload for the
+// watch's tests (c/mallocs.c), built on first use and cached like
+// [Target]: `mallocs N US` calls malloc N times, one every US
+// microseconds from its start, and nothing else calls malloc; it prints
+// "calls N first NS", NS the first call's CLOCK_MONOTONIC time.
+func MallocsTarget(tb testing.TB) string {
+	tb.Helper()
+	path, err := BuildMallocsTarget()
+	if errors.Is(err, os.ErrNotExist) {
+		testutil.RequireTool(tb, "gcc", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return path
+}
+
+// BuildMallocsTarget is MallocsTarget outside a test.
+func BuildMallocsTarget() (string, error) {
+	return buildCached("mallocs", []unit{{name: "mallocs.c", src: mallocsSource}}, []string{"-O1", "-fno-builtin"})
+}

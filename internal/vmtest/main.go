@@ -93,6 +93,7 @@ func prebuild(dst string, sizes []int) error {
 		one(testprogs.BuildThreadsTarget),
 		one(testprogs.BuildIFuncTarget),
 		one(testprogs.BuildSleeperTarget),
+		one(testprogs.BuildMallocsTarget),
 		func() ([]string, error) {
 			fx, err := testprogs.BuildUSDTFixtures("")
 			return []string{fx.Lib, fx.Exe, fx.ExeO0, fx.ExeNoPIE}, err

@@ -31,10 +31,11 @@ SITE_ARRAY(last_pid, __u32);
 SITE_ARRAY(ret_counts, __u64);
 SITE_ARRAY(ret_values, __u64);
 
-// Entry probe: calls per process (tgid), for pid-filter tests.
+// Entry probe: calls per process (tgid), for pid-filter tests and for the
+// watch's, which probe every process's libc.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, __u64);
 } pid_counts SEC(".maps");
