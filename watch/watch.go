@@ -1,16 +1,20 @@
 package watch
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/elfsym"
 )
 
 // Options change what a Watch does. A nil *Options is the zero value.
@@ -60,6 +64,10 @@ type Report struct {
 	PID  int
 	// Sites is how many sites were attached (Attached).
 	Sites int
+	// Reused says the file's sites were not resolved again: it is a copy
+	// of a file attached already (the same build ID, the same library in
+	// another container), whose plan was retargeted to it.
+	Reused bool
 	// Err is why the file was skipped, or what went wrong detaching it.
 	Err error
 }
@@ -88,7 +96,8 @@ type Watch struct {
 	done   chan struct{}
 
 	mu    sync.Mutex
-	files map[fileKey]*attached
+	files  map[fileKey]*attached
+	builds map[string]*build
 }
 
 // attached is one file's plan and link, and the file held open, which
@@ -98,6 +107,10 @@ type attached struct {
 	file *os.File
 	plan *multiprobe.Plan
 	link *multiprobe.Link
+	// build keys the file's build (see build), "" if it has no build ID;
+	// reused says its plan was retargeted from another copy's.
+	build  string
+	reused bool
 }
 
 // New starts watching. spec is the collection prog was loaded from, after
@@ -119,7 +132,7 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	if err != nil {
 		return nil, err
 	}
-	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}}
+	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}}
 	w.tr = newTracker(w.match, w.appeared, w.idle)
 	if src.vmas != nil {
 		w.tr.real = func(pid int) (map[uint64]fileKey, error) { return fileVMAs(src.vmas, pid) }
@@ -170,15 +183,17 @@ func (w *Watch) appeared(f *tracked, pid int) {
 		return
 	}
 	w.files[f.key] = a
-	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: a.plan.Len()})
+	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: a.plan.Len(), Reused: a.reused})
 }
 
 func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	var probes []multiprobe.Probe
-	for _, p := range w.probes {
+	var which []string
+	for i, p := range w.probes {
 		if matchTarget(p.Target, f.path) {
 			p.Target = f.hostPath
 			probes = append(probes, p)
+			which = append(which, strconv.Itoa(i))
 		}
 	}
 	a := &attached{f: f}
@@ -190,8 +205,20 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	if a.file, err = os.Open(f.hostPath); err != nil {
 		return nil, err
 	}
-	if a.plan, err = multiprobe.Resolve(probes, &w.opts.Plan); err != nil {
-		return nil, err
+	// Copies of one build (the same library in many containers) are
+	// resolved once: the others take the first one's plan.
+	if id := buildID(a.file); id != "" {
+		a.build = id + " " + strings.Join(which, ",")
+	}
+	if b := w.builds[a.build]; b != nil {
+		if a.plan, err = b.plan.Retarget(f.hostPath); err == nil {
+			a.reused = true
+		}
+	}
+	if a.plan == nil {
+		if a.plan, err = multiprobe.Resolve(probes, &w.opts.Plan); err != nil {
+			return nil, err
+		}
 	}
 	if err := a.plan.Prepare(w.spec); err != nil {
 		return nil, err
@@ -199,7 +226,42 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	if a.link, err = a.plan.Attach(w.prog); err != nil {
 		return nil, err
 	}
+	if a.build != "" {
+		b := w.builds[a.build]
+		if b == nil {
+			b = &build{plan: a.plan}
+			w.builds[a.build] = b
+		}
+		b.files++
+	}
 	return a, nil
+}
+
+// buildID returns f's GNU build ID in hex, or "" if it has none.
+func buildID(f *os.File) string {
+	ef, err := elfsym.OpenFile(f)
+	if err != nil {
+		return ""
+	}
+	defer ef.Close()
+	return hex.EncodeToString(ef.BuildID())
+}
+
+// build is one build of a file (a build ID, and the probes that match its
+// name) and the plan its first copy was resolved to, which its other copies
+// are retargeted from while any copy is attached.
+type build struct {
+	plan  *multiprobe.Plan // closed with its own copy; Retarget needs it not open
+	files int
+}
+
+// release is a's build losing a's file.
+func (w *Watch) release(a *attached) {
+	if b := w.builds[a.build]; b != nil {
+		if b.files--; b.files == 0 {
+			delete(w.builds, a.build)
+		}
+	}
 }
 
 func (a *attached) close() error {
@@ -228,6 +290,7 @@ func (w *Watch) idle(f *tracked) {
 	}
 	delete(w.files, f.key)
 	w.tr.forget(f)
+	w.release(a)
 	w.report(Report{What: Detached, Path: f.path, Err: a.close()})
 }
 
@@ -278,6 +341,7 @@ func (w *Watch) Close() error {
 	defer w.mu.Unlock()
 	errs := []error{err}
 	for k, a := range w.files {
+		w.release(a)
 		errs = append(errs, a.close())
 		delete(w.files, k)
 	}
