@@ -95,7 +95,7 @@ type Watch struct {
 	tr     *tracker
 	done   chan struct{}
 
-	mu    sync.Mutex
+	mu     sync.Mutex
 	files  map[fileKey]*attached
 	builds map[string]*build
 }
