@@ -23,8 +23,9 @@ type Options struct {
 	// multiprobe.Options); PID must be 0: a watch is for every process
 	// (PIDs, a Link's own filter, may narrow it).
 	Plan multiprobe.Options
-	// Report, if not nil, is told what the watch does with each file, from
-	// the watch's goroutine, one report at a time.
+	// Report, if not nil, is told what the watch does with each file, one
+	// report at a time, from the watch's goroutines: it must not call the
+	// Watch's methods.
 	Report func(Report)
 }
 
@@ -98,6 +99,9 @@ type Watch struct {
 	mu     sync.Mutex
 	files  map[fileKey]*attached
 	builds map[string]*build
+
+	closing  sync.WaitGroup // files being detached
+	reportMu sync.Mutex     // one Report at a time
 }
 
 // attached is one file's plan and link, and the file held open, which
@@ -169,6 +173,8 @@ func (w *Watch) match(path string) bool {
 
 func (w *Watch) report(r Report) {
 	if w.opts.Report != nil {
+		w.reportMu.Lock()
+		defer w.reportMu.Unlock()
 		w.opts.Report(r)
 	}
 }
@@ -291,7 +297,14 @@ func (w *Watch) idle(f *tracked) {
 	delete(w.files, f.key)
 	w.tr.forget(f)
 	w.release(a)
-	w.report(Report{What: Detached, Path: f.path, Err: a.close()})
+	// Closing a link waits out the kernel's grace period for uprobes,
+	// tens of milliseconds: not in the event loop, which would hold back
+	// the next file's attach as long.
+	w.closing.Add(1)
+	go func() {
+		defer w.closing.Done()
+		w.report(Report{What: Detached, Path: f.path, Err: a.close()})
+	}()
 }
 
 // sweep detaches the idle files unlinked since they went idle.
@@ -339,11 +352,22 @@ func (w *Watch) Close() error {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	errs := []error{err}
+	// Each close waits out a grace period: all at once.
+	errs := make([]error, 1, 1+len(w.files))
+	errs[0] = err
+	var mu sync.Mutex
 	for k, a := range w.files {
 		w.release(a)
-		errs = append(errs, a.close())
 		delete(w.files, k)
+		w.closing.Add(1)
+		go func() {
+			defer w.closing.Done()
+			err := a.close()
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}()
 	}
+	w.closing.Wait()
 	return errors.Join(errs...)
 }
