@@ -33,8 +33,8 @@ type Site struct {
 	Probe *Probe
 	// Path is the file the probe's target resolved to.
 	Path string
-	// Cookie is the site's BPF cookie: its index in the sites of the plan,
-	// which mp_cookie (bpf/mp_cookie.bpf.h) returns in the program, and
+	// Cookie is the site's BPF cookie: its index in the sites of the plan
+	// (plus Options.CookieBase), which mp_cookie (bpf/mp_cookie.bpf.h) returns in the program, and
 	// mp_usdt_cookie for a USDT site, whose kernel cookie also carries its
 	// argument spec id.
 	Cookie uint64
@@ -143,6 +143,13 @@ type Options struct {
 	// anyway carries it too), which costs each run one array read outside
 	// an update. Link.Update explains how.
 	Updatable bool
+	// CookieBase is the first site's cookie: a site's cookie is CookieBase
+	// plus its index in Plan.Sites. Plans that attach one program, whose
+	// per-site maps are keyed by cookie, give each its own range (package
+	// watch gives each build of a library one) so that their sites do not
+	// share a key. Cookies of USDT sites share the kernel's 64 bits with
+	// their argument spec id and must stay below 2^32.
+	CookieBase uint64
 	// Progress, if not nil, is told how a long phase advances: on the
 	// perf-event path (before Linux 6.6), where each site costs tens of
 	// milliseconds, the sites attached by Attach and detached by

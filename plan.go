@@ -3,6 +3,7 @@ package multiprobe
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -174,7 +175,24 @@ func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	if err := pl.checkSession(); err != nil {
 		return nil, err
 	}
+	if err := pl.checkCookieBase(); err != nil {
+		return nil, err
+	}
 	return pl, nil
+}
+
+// checkCookieBase refuses an Options.CookieBase whose sites' cookies would
+// not fit: in 64 bits, or, where a USDT site's kernel cookie carries its
+// argument spec id in the upper half, in 32.
+func (pl *Plan) checkCookieBase() error {
+	n, base := uint64(len(pl.rows)), pl.opts.CookieBase
+	switch {
+	case base > math.MaxUint64-n:
+		return fmt.Errorf("%w: Options.CookieBase %d: %d sites' cookies would pass 2^64", ErrBadSpec, base, n)
+	case pl.usdt && base+n > 1<<32:
+		return fmt.Errorf("%w: Options.CookieBase %d: %d sites' cookies would pass 2^32, which a USDT site's must stay below", ErrBadSpec, base, n)
+	}
+	return nil
 }
 
 // resolver is Resolve's state from one probe to the next.
@@ -446,7 +464,7 @@ func (pl *Plan) build() []Site {
 		s := &sites[i]
 		if pp.sel == nil {
 			*s = pp.usdt[r.k]
-			s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(i)
+			s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, pl.opts.CookieBase+uint64(i)
 			continue
 		}
 		if r.probe != last {
@@ -461,7 +479,7 @@ func (pl *Plan) build() []Site {
 		// length of the loop.
 		sym := &syms[r.k]
 		s.Name, s.Offset, s.Symbol = sym.Name, sym.Offset, sym
-		s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, uint64(i)
+		s.Probe, s.Path, s.Cookie = pp.probe, pp.file.path, pl.opts.CookieBase+uint64(i)
 		if pp.rets != nil {
 			s.Returns = pp.rets[r.k]
 		}
@@ -524,7 +542,7 @@ func (pl *Plan) targets(kind Kind, usdtCookie func(i int, cookie uint64) uint64)
 			t.Names = make([]string, len(t.Offsets), cap(t.Offsets))
 		}
 		off := pp.offs[r.k]
-		c, rc, name := uint64(cookie), semaphores[pp.file][off], ""
+		c, rc, name := pl.opts.CookieBase+uint64(cookie), semaphores[pp.file][off], ""
 		if pp.rets != nil {
 			rc = 0 // probed at its returns, not at off
 		}

@@ -63,8 +63,8 @@ type Report struct {
 	// mount namespace; PID is that process.
 	Path string
 	PID  int
-	// Sites is how many sites were attached (Attached).
-	Sites int
+	// Sites are the file's sites (Attached), with their cookies.
+	Sites []multiprobe.Site
 	// Reused says the file's sites were not resolved again: it is a copy
 	// of a file attached already (the same build ID, the same library in
 	// another container), whose plan was retargeted to it.
@@ -83,10 +83,16 @@ type Report struct {
 // once, and detached when its last process has exited and it was
 // unlinked. (Before Linux 6.1 the watch takes the device and inode that
 // /proc/PID/maps shows, which on those kernels are the mapped file's too.)
-// Each file's sites
-// have the cookies of their own plan (multiprobe.Plan.Sites): one library
-// version gives one function the same cookie in every copy, so that a
-// program counting by cookie counts a function over all of them.
+//
+// Copies of one build (the same GNU build ID: one library version in many
+// containers) are resolved once and share their sites' cookies, so that a
+// program counting by cookie counts a function over all of them. Each
+// build has a range of cookies of its own (multiprobe.Options.CookieBase),
+// the first from Options.Plan.CookieBase on, the next after it, so that
+// no two builds share a key of a per-site map; Report.Sites says which
+// site each cookie is. A build keeps its range for the Watch's life, also
+// when its copies come and go; a file without a build ID gets a new range
+// each time it appears.
 type Watch struct {
 	probes []multiprobe.Probe
 	spec   *ebpf.CollectionSpec
@@ -99,6 +105,11 @@ type Watch struct {
 	mu     sync.Mutex
 	files  map[fileKey]*attached
 	builds map[string]*build
+	// bases are the builds' cookie ranges, kept after their files are
+	// gone (a few bytes a build) so that a build seen again counts where
+	// it did; nextCookie is where the next build's start.
+	bases      map[string]uint64
+	nextCookie uint64
 
 	closing  sync.WaitGroup // files being detached
 	reportMu sync.Mutex     // one Report at a time
@@ -136,7 +147,7 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	if err != nil {
 		return nil, err
 	}
-	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}}
+	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, nextCookie: opts.Plan.CookieBase}
 	w.tr = newTracker(w.match, w.appeared, w.idle)
 	if src.vmas != nil {
 		w.tr.real = func(pid int) (map[uint64]fileKey, error) { return fileVMAs(src.vmas, pid) }
@@ -189,7 +200,7 @@ func (w *Watch) appeared(f *tracked, pid int) {
 		return
 	}
 	w.files[f.key] = a
-	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: a.plan.Len(), Reused: a.reused})
+	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: a.plan.Sites(), Reused: a.reused})
 }
 
 func (w *Watch) attach(f *tracked) (_ *attached, err error) {
@@ -222,8 +233,20 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 		}
 	}
 	if a.plan == nil {
-		if a.plan, err = multiprobe.Resolve(probes, &w.opts.Plan); err != nil {
+		opts := w.opts.Plan
+		base, known := w.bases[a.build]
+		if !known || a.build == "" {
+			base = w.nextCookie
+		}
+		opts.CookieBase = base
+		if a.plan, err = multiprobe.Resolve(probes, &opts); err != nil {
 			return nil, err
+		}
+		if !known || a.build == "" {
+			w.nextCookie += uint64(a.plan.Len())
+			if a.build != "" {
+				w.bases[a.build] = base
+			}
 		}
 	}
 	if err := a.plan.Prepare(w.spec); err != nil {

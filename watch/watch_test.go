@@ -1,9 +1,11 @@
 package watch
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -200,5 +202,94 @@ print("called", flush=True)`)
 	}
 	if counts[0] != 7 {
 		t.Errorf("zlibVersion counted %d times, python called it 7 times", counts[0])
+	}
+}
+
+// TestWatchBuilds: two builds under one glob (another number of
+// functions: another build ID) get cookie ranges of their own, and the
+// second copy of a build shares its first's: each function is counted at
+// its own cookie, as the Attached reports name them.
+func TestWatchBuilds(t *testing.T) {
+	probetest.RequireBPF(t)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 3
+	dir := t.TempDir()
+	five, six := filepath.Join(dir, "build5"), filepath.Join(dir, "build6")
+	if err := os.Rename(testprogs.PrivateTarget(t, 5), five); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(testprogs.PrivateTarget(t, 6), six); err != nil {
+		t.Fatal(err)
+	}
+	fiveAgain := filepath.Join(dir, "build5-copy")
+	if err := os.Rename(testprogs.PrivateCopy(t, five), fiveAgain); err != nil {
+		t.Fatal(err)
+	}
+	spec, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes("uprobe:" + dir + "/build*:func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	sites := map[string][]multiprobe.Site{}
+	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f, CookieBase: 10}, Report: func(r Report) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r.What == Attached {
+			sites[r.Path] = r.Sites
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var procs []*testprogs.Proc
+	for _, p := range []string{five, six, fiveAgain} {
+		procs = append(procs, testprogs.Start(t, p, "-wait", fmt.Sprint(calls)))
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(w.Files()) < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d files attached, want 3", len(w.Files()))
+		}
+	}
+	for _, p := range procs {
+		p.Finish(t)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	byCookie := map[uint64]string{}
+	for path, ss := range sites {
+		for _, s := range ss {
+			if other, ok := byCookie[s.Cookie]; ok && other != s.Name {
+				t.Errorf("cookie %d is %s and %s (%s)", s.Cookie, other, s.Name, path)
+			}
+			byCookie[s.Cookie] = s.Name
+			if s.Cookie < 10 {
+				t.Errorf("%s: cookie %d, below CookieBase 10", s.Name, s.Cookie)
+			}
+		}
+	}
+	if len(byCookie) != 11 {
+		t.Errorf("%d cookies, want 11 (5 for the build of five functions, twice, and 6): %v", len(byCookie), byCookie)
+	}
+	counts, err := testprogs.ReadArray(c.Counts, 10+11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cookie, name := range byCookie {
+		i, err := strconv.Atoi(strings.TrimPrefix(name, "func_"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := uint64(testprogs.ExpectedCalls(i, calls))
+		if len(sites[five]) > 0 && sites[five][0].Cookie <= cookie && cookie < sites[five][0].Cookie+5 {
+			want *= 2 // both copies of the build
+		}
+		if counts[cookie] != want {
+			t.Errorf("%s at cookie %d: %d calls, want %d", name, cookie, counts[cookie], want)
+		}
 	}
 }
