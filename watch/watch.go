@@ -75,8 +75,12 @@ type Report struct {
 
 // A Watch attaches a program to the sites of probe specs in every file
 // that matches their targets, in any process and mount namespace, as the
-// files are mapped: at New for what runs already, and later from the
-// kernel's exec and mmap events. A file is the inode the kernel maps,
+// files are mapped: at New for what runs already and for the files the
+// targets name in this process's root (the watch maps those itself,
+// executable and never run, so that a program that starts later runs them
+// probed from its first instruction), and later from the kernel's exec
+// and mmap events, a millisecond or so after a file appears. A path
+// target means the file its symbolic links lead to as well. A file is the inode the kernel maps,
 // which is where a uprobe goes: containers of one image, each seeing the
 // image's library through an overlay mount of its own, map one file, which
 // is attached once and counts each call once. It is resolved and attached
@@ -95,12 +99,15 @@ type Report struct {
 // each time it appears.
 type Watch struct {
 	probes []multiprobe.Probe
-	spec   *ebpf.CollectionSpec
-	prog   *ebpf.Program
-	opts   Options
-	src    *source
-	tr     *tracker
-	done   chan struct{}
+	// targets are, by probe, the spellings of its target (see spellings).
+	targets [][]string
+	seeds   []*seed
+	spec    *ebpf.CollectionSpec
+	prog    *ebpf.Program
+	opts    Options
+	src     *source
+	tr      *tracker
+	done    chan struct{}
 
 	mu     sync.Mutex
 	files  map[fileKey]*attached
@@ -148,6 +155,9 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 		return nil, err
 	}
 	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, nextCookie: opts.Plan.CookieBase}
+	for _, p := range w.probes {
+		w.targets = append(w.targets, spellings(p.Target))
+	}
 	w.tr = newTracker(w.match, w.appeared, w.idle)
 	if src.vmas != nil {
 		w.tr.real = func(pid int) (map[uint64]fileKey, error) { return fileVMAs(src.vmas, pid) }
@@ -156,6 +166,7 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	// during the scan is seen by one or the other, or both, which the
 	// tracker takes as one.
 	w.mu.Lock()
+	w.seed()
 	w.tr.scan()
 	w.mu.Unlock()
 	go w.loop()
@@ -179,7 +190,18 @@ func (w *Watch) loop() {
 }
 
 func (w *Watch) match(path string) bool {
-	return slices.ContainsFunc(w.probes, func(p multiprobe.Probe) bool { return matchTarget(p.Target, path) })
+	for i := range w.probes {
+		if w.matches(i, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// matches reports whether a file at path (as a process names it) is what
+// probe i's target means.
+func (w *Watch) matches(i int, path string) bool {
+	return slices.ContainsFunc(w.targets[i], func(t string) bool { return matchTarget(t, path) })
 }
 
 func (w *Watch) report(r Report) {
@@ -187,6 +209,28 @@ func (w *Watch) report(r Report) {
 		w.reportMu.Lock()
 		defer w.reportMu.Unlock()
 		w.opts.Report(r)
+	}
+}
+
+// seed maps the files the targets name in this root into this process,
+// where the scan finds them (see seed).
+func (w *Watch) seed() {
+	targets := make([]string, len(w.probes))
+	for i, p := range w.probes {
+		targets[i] = p.Target
+	}
+	seen := map[string]bool{}
+	for _, path := range seedFiles(targets) {
+		if seen[path] {
+			continue
+		}
+		seen[path] = true
+		s, err := mapSeed(path)
+		if err != nil {
+			w.report(Report{What: Skipped, Path: path, PID: os.Getpid(), Err: err})
+			continue
+		}
+		w.seeds = append(w.seeds, s)
 	}
 }
 
@@ -207,7 +251,7 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	var probes []multiprobe.Probe
 	var which []string
 	for i, p := range w.probes {
-		if matchTarget(p.Target, f.path) {
+		if w.matches(i, f.path) {
 			p.Target = f.hostPath
 			probes = append(probes, p)
 			which = append(which, strconv.Itoa(i))
@@ -392,5 +436,6 @@ func (w *Watch) Close() error {
 		}()
 	}
 	w.closing.Wait()
+	errs = append(errs, closeSeeds(w.seeds))
 	return errors.Join(errs...)
 }

@@ -293,3 +293,46 @@ func TestWatchBuilds(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchSeed: a file the target names here, which no process runs yet,
+// is attached at New, so that a program that runs it later, however
+// briefly, has every call counted; a path through a symbolic link means
+// the file it leads to.
+func TestWatchSeed(t *testing.T) {
+	probetest.RequireBPF(t)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, calls = 5, 3
+	target := testprogs.PrivateTarget(t, n)
+	link := filepath.Join(t.TempDir(), "seeded")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	spec, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes("uprobe:" + link + ":func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if files := w.Files(); len(files) != 1 || files[0].Path != target {
+		t.Fatalf("attached at New: %+v, want %s", files, target)
+	}
+	if out, err := exec.Command(link, fmt.Sprint(calls)).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", link, err, out)
+	}
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if want := uint64(testprogs.ExpectedCalls(i, calls)); counts[i] != want {
+			t.Errorf("%s: %d calls counted, want %d", testprogs.FuncName(i), counts[i], want)
+		}
+	}
+}
