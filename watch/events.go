@@ -122,13 +122,19 @@ func (s *source) lost() uint64 {
 	return n
 }
 
-// Close detaches the events program and frees it; a read in progress
-// returns.
-func (s *source) Close() error {
-	var errs []error
-	if s.rd != nil {
-		errs = append(errs, s.rd.Close())
+// stop ends reading: a read in progress returns, and reads after fail.
+// The programs stay loaded (a reader of the events may still be using the
+// iterator) until Close.
+func (s *source) stop() error {
+	if s.rd == nil {
+		return nil
 	}
+	return s.rd.Close() // a second Close does nothing
+}
+
+// Close stops reading, detaches the events program and frees it.
+func (s *source) Close() error {
+	errs := []error{s.stop()}
 	for _, l := range s.links {
 		errs = append(errs, l.Close())
 	}

@@ -415,8 +415,10 @@ func (w *Watch) Files() []File {
 
 // Close stops the watch and detaches every file.
 func (w *Watch) Close() error {
-	err := w.src.Close()
+	// The loop first: it may be using the iterator.
+	err := w.src.stop()
 	<-w.done
+	err = errors.Join(err, w.src.Close())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Each close waits out a grace period: all at once.
