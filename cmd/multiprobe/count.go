@@ -34,7 +34,7 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage:      "[--pid PID] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
+		usage:      "[--pid PID | -v] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
 		short:      "count calls per function through one uprobe_multi link per binary (root)",
 		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
@@ -42,12 +42,18 @@ or usdt:TARGET:PROVIDER:NAME, with globs, as bpftrace writes them. With a
 command after "--", the command is started stopped, the probes attached with
 its pid as the filter, and then it runs: no call is missed and no other
 process's calls count; multiprobe exits with the command's exit status.
-Without one, counting runs until --duration passes, the --pid process exits,
-or Ctrl-C. On kernels before 6.6 every site gets a perf-event uprobe of its
-own, which is slower to attach, but counts the same.`,
+With --pid, counting runs until the process exits, --duration passes or
+Ctrl-C. With neither, count follows the probes' targets into every process
+and container on the machine, now and as they appear (package watch): each
+file a target means (a library name, a path, a path glob) is attached once,
+the files named here at once, the others as a process maps them, about a
+millisecond later; -v prints a line per file. On kernels before 6.6 every
+site gets a perf-event uprobe of its own, which is slower to attach, but
+counts the same.`,
 		examples: []string{
 			"count 'uprobe:/bin/bash:sh_*' -- bash -c 'echo hi'",
 			"count --pid 1234 --duration 10s 'uprobe:libc.so.6:malloc,free,calloc'",
+			"count -v --duration 10s 'uprobe:libc:malloc'  # every process and container, as they start",
 			"count --args --str 0,1 'usdt:/usr/bin/python3.11:python:function__entry' -- python3.11 -c 'pass'",
 			"count --args --str 0,ret 'uprobe:libc:getenv' 'uretprobe:libc:getenv' -- ls",
 			"count --json --stats 'uprobe:libc.so.6:str*' -- ls /",
@@ -98,6 +104,10 @@ type countReport struct {
 	// LeftOut are the sites the globs selected that cannot be probed, and
 	// why (Plan.LeftOut).
 	LeftOut []leftOutSite `json:"left_out,omitempty"`
+	// Files are the files attached, when count followed every process (no
+	// command, no --pid): each as the first process that mapped it names
+	// it. A function's row adds up its calls in every file.
+	Files []string `json:"files,omitempty"`
 }
 
 // leftOutSite is a site of Plan.LeftOut.
@@ -165,6 +175,7 @@ type countFlags struct {
 	withArgs  bool
 	nargs     int
 	strs      strArgs
+	verbose   bool
 }
 
 // parseCountFlags parses count's command line into its flags, probe specs
@@ -179,6 +190,8 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 	fs.BoolVar(&f.withArgs, "args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	fs.IntVar(&f.nargs, "nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
 	fs.Var(&f.strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
+	fs.BoolVar(&f.verbose, "verbose", false, "with no command and no --pid (following every process), print a line to stderr for each file attached, skipped or detached")
+	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
 	if specs, command, err = parseFlags(fs, args); err != nil {
 		return nil, nil, nil, err
 	}
@@ -193,6 +206,18 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 	}
 	if err := f.profile.check(); err != nil {
 		return nil, nil, nil, err
+	}
+	if f.trace.following(command) {
+		for _, c := range []struct {
+			set  bool
+			flag string
+		}{{f.withArgs, "--args"}, {f.profiling, "--profile"}, {f.stats, "--stats"}} {
+			if c.set {
+				return nil, nil, nil, usagef("%s needs a command or --pid: without, count follows every process, which it does not do with %s yet", c.flag, c.flag)
+			}
+		}
+	} else if f.verbose {
+		return nil, nil, nil, usagef("--verbose says which files count follows, which it does with no command and no --pid")
 	}
 	if f.profiling {
 		f.trace.profiling = &f.profile
@@ -221,6 +246,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer tr.close()
+	if f.trace.following(command) {
+		return runCountFollow(f, probes, tr, stdout, stderr)
+	}
 	// The pid is known before Resolve: the plan decides from it whether
 	// the kernel filters or Prepare gives the program the in-BPF filter.
 	plan, err := multiprobe.Resolve(probes, tr.opts)
@@ -325,7 +353,7 @@ func (c *counter) report(sites []multiprobe.Site, top int) (countReport, error) 
 	report := countReport{Sites: len(sites), Counts: []countedSite{}}
 	counts := make([]uint64, len(sites))
 	for i := range sites {
-		if err := c.counts.Lookup(uint32(i), &counts[i]); err != nil {
+		if err := c.counts.Lookup(uint32(sites[i].Cookie), &counts[i]); err != nil {
 			return report, fmt.Errorf("reading count of %s: %w", sites[i].Name, err)
 		}
 	}
@@ -390,6 +418,9 @@ func (report *countReport) writeText(w io.Writer, profileTop int) {
 		report.Calls, plural(int(min(report.Calls, 2)), "call", "calls"), report.Called, report.Sites, plural(report.Sites, "site", "sites"),
 		report.Duration.Round(time.Millisecond), report.Path)
 	writeLeftOut(w, report.LeftOut)
+	if report.Files != nil {
+		fmt.Fprintf(w, "in %d %s, following every process (--verbose names them)\n", len(report.Files), plural(len(report.Files), "file", "files"))
+	}
 	if s := report.Stats; s != nil {
 		fmt.Fprintf(w, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)
 	}
@@ -665,12 +696,9 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, 
 		return nil, err
 	}
 	spec.Maps["counts"].MaxEntries = uint32(max(plan.Len(), 1))
-	coll, err := ebpf.NewCollection(spec)
+	coll, err := newCollection("the counter", spec)
 	if err != nil {
-		if errors.Is(err, unix.EPERM) {
-			return nil, fmt.Errorf("loading the counter: %w (run as root, or with CAP_BPF and CAP_PERFMON)", err)
-		}
-		return nil, fmt.Errorf("loading the counter: %w", err)
+		return nil, err
 	}
 	c := &counter{counts: coll.Maps["counts"], close: func() error { coll.Close(); return nil }}
 	if withArgs {
@@ -679,6 +707,18 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, 
 		c.prog = coll.Programs["count_call"]
 	}
 	return c, nil
+}
+
+// newCollection loads spec, what names it in errors.
+func newCollection(what string, spec *ebpf.CollectionSpec) (*ebpf.Collection, error) {
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			return nil, fmt.Errorf("loading %s: %w (run as root, or with CAP_BPF and CAP_PERFMON)", what, err)
+		}
+		return nil, fmt.Errorf("loading %s: %w", what, err)
+	}
+	return coll, nil
 }
 
 // hitRecord is one hit with its arguments, for --args.

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/watch"
+)
+
+// followSlots is how many sites a following count has slots for: its
+// counts array, 2 MiB, is sized before any file is found. A build's sites
+// past it are attached but not counted, and said so.
+const followSlots = 1 << 18
+
+// following reports whether count traces every process: no command after
+// "--" and no --pid. The probes then follow their targets into every
+// process and container, now and as they appear (package watch).
+func (f *traceFlags) following(command []string) bool {
+	return len(command) == 0 && f.pid == 0
+}
+
+// follower is a watch's view for count: the sites of every file it
+// attached, by cookie, and the files.
+type follower struct {
+	mu      sync.Mutex
+	sites   map[uint64]multiprobe.Site
+	files   []string
+	verbose io.Writer // nil unless --verbose
+	stderr  io.Writer
+	warned  bool
+}
+
+// report takes in what the watch did with one file.
+func (fl *follower) report(r watch.Report) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	switch r.What {
+	case watch.Attached:
+		fl.files = append(fl.files, r.Path)
+		past := 0
+		for _, s := range r.Sites {
+			if _, ok := fl.sites[s.Cookie]; !ok {
+				fl.sites[s.Cookie] = s
+			}
+			if s.Cookie >= followSlots {
+				past++
+			}
+		}
+		if past > 0 && !fl.warned {
+			fl.warned = true
+			fmt.Fprintf(fl.stderr, "%d sites of %s are past the counter's %d slots and are not counted\n", past, r.Path, followSlots)
+		}
+		if fl.verbose != nil {
+			how := ""
+			if r.Reused {
+				how = ", a copy of a build attached already"
+			}
+			fmt.Fprintf(fl.verbose, "attached %s (process %d): %d %s%s\n", r.Path, r.PID, len(r.Sites), plural(len(r.Sites), "site", "sites"), how)
+		}
+	case watch.Skipped:
+		if fl.verbose != nil {
+			fmt.Fprintf(fl.verbose, "skipped %s (process %d): %v\n", r.Path, r.PID, r.Err)
+		}
+	case watch.Detached:
+		if fl.verbose != nil {
+			fmt.Fprintf(fl.verbose, "detached %s\n", r.Path)
+		}
+	}
+}
+
+// table returns the sites seen, by cookie, in cookie order.
+func (fl *follower) table() []multiprobe.Site {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	out := make([]multiprobe.Site, 0, len(fl.sites))
+	for _, s := range fl.sites {
+		if s.Cookie < followSlots {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b multiprobe.Site) int { return cmp.Compare(a.Cookie, b.Cookie) })
+	return out
+}
+
+// checkTargets resolves the probes in this root, as count does for one
+// process, so that a bad pattern or a target that is no binary fails at
+// once; a target that is not here is no error: it may appear in a
+// container.
+func checkTargets(probes []multiprobe.Probe, opts *multiprobe.Options) error {
+	plan, err := multiprobe.Resolve(probes, opts)
+	if err == nil {
+		return plan.Close()
+	}
+	if errors.Is(err, elfsym.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// follow counts through a watch until duration passes or SIGINT or
+// SIGTERM arrives, and returns the sites of every file attached meanwhile.
+func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts multiprobe.Options, duration time.Duration, verbose bool, stderr io.Writer) (end countEnd, sites []multiprobe.Site, files []string, err error) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr}
+	if verbose {
+		fl.verbose = stderr
+	}
+	// Each file is attached on its own, a progress line each would be
+	// noise.
+	opts.Progress = nil
+	w, err := watch.New(probes, spec, prog, &watch.Options{Plan: opts, Report: fl.report})
+	if err != nil {
+		return end, nil, nil, err
+	}
+	start := time.Now()
+	var deadline <-chan time.Time
+	if duration > 0 {
+		deadline = time.After(duration)
+	} else {
+		fmt.Fprintf(stderr, "following every process; Ctrl-C to stop\n")
+	}
+	select {
+	case <-deadline:
+	case end.signal = <-sigs:
+		fmt.Fprintf(stderr, "%v: detaching\n", end.signal)
+	}
+	end.elapsed = time.Since(start)
+	if err := w.Close(); err != nil {
+		return end, nil, nil, err
+	}
+	fl.mu.Lock()
+	files = slices.Clone(fl.files)
+	fl.mu.Unlock()
+	return end, fl.table(), files, nil
+}
+
+// mergeRows adds up the rows of one kind and function: copies of a
+// function in several builds of a library (each build has cookies of its
+// own) are one row, as they are one function to the reader.
+func mergeRows(rows []countedSite) []countedSite {
+	type key struct{ kind, fn string }
+	at := map[key]int{}
+	out := rows[:0]
+	for _, r := range rows {
+		k := key{r.Kind, r.Function}
+		if i, ok := at[k]; ok {
+			out[i].Calls += r.Calls
+			out[i].Sites += r.Sites
+			if out[i].Path != r.Path {
+				out[i].Path = ""
+			}
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b countedSite) int {
+		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind))
+	})
+	return out
+}
+
+// runCountFollow is count with no command and no --pid: every process's
+// files that the probes' targets match, now and as they appear.
+func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout, stderr io.Writer) error {
+	if err := checkTargets(probes, tr.opts); err != nil {
+		return err
+	}
+	spec, err := loadCount()
+	if err != nil {
+		return err
+	}
+	if err := multiprobe.PrepareSpec(spec, tr.opts); err != nil {
+		return err
+	}
+	spec.Maps["counts"].MaxEntries = followSlots
+	coll, err := newCollection("the counter", spec)
+	if err != nil {
+		return err
+	}
+	defer coll.Close()
+	c := &counter{counts: coll.Maps["counts"], prog: coll.Programs["count_call"]}
+	end, sites, files, err := follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration), f.verbose, stderr)
+	if err != nil {
+		return err
+	}
+	report, err := c.report(sites, 0)
+	if err != nil {
+		return err
+	}
+	report.Counts = mergeRows(report.Counts)
+	if top := f.trace.top; top > 0 && len(report.Counts) > top {
+		report.Omitted = len(report.Counts) - top
+		report.Counts = report.Counts[:top]
+	}
+	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), end.elapsed
+	report.Files = files
+	if report.Files == nil {
+		report.Files = []string{}
+	}
+	if f.trace.asJSON {
+		if err := writeJSON(stdout, report); err != nil {
+			return err
+		}
+		return end.status()
+	}
+	report.writeText(stdout, f.profile.top)
+	return end.status()
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/probetest"
+)
+
+// TestCountFollow: count with no command and no --pid follows every
+// process: copies of a program that start after it, each from a mount
+// namespace of its own, are attached as they appear (a line each with
+// --verbose), and their calls add up in one row per function.
+func TestCountFollow(t *testing.T) {
+	probetest.RequireBPF(t)
+	const n, copies, calls = 5, 3, 2
+	dir := t.TempDir()
+	target := filepath.Join(dir, "followed")
+	if err := os.Rename(testprogs.PrivateTarget(t, n), target); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "count", "--json", "-v", "--duration", "60", "uprobe:followed:func_*")
+	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	var out strings.Builder
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	// The copies wait to be told to call: whether they start before the
+	// watch (its scan finds them) or after (its events do), they are
+	// attached first.
+	var procs []*testprogs.Proc
+	for range copies {
+		p, _ := testprogs.StartInPrivateMount(t, target, "-wait", fmt.Sprint(calls))
+		procs = append(procs, p)
+	}
+	var said []string
+	for attached := 0; attached < copies; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("count ended; it said:\n%s", strings.Join(said, "\n"))
+			}
+			said = append(said, l)
+			if strings.HasPrefix(l, "attached ") && strings.Contains(l, "/followed (process ") {
+				attached++
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of %d copies attached; count said:\n%s", attached, copies, strings.Join(said, "\n"))
+		}
+	}
+	for _, p := range procs {
+		p.Finish(t)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	for l := range lines {
+		said = append(said, l)
+	}
+	if err := cmd.Wait(); err == nil || cmd.ProcessState.ExitCode() != 130 {
+		t.Errorf("count after SIGINT: %v, want exit status 130", err)
+	}
+	var r countReport
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("%v\n%s\n%s", err, out.String(), strings.Join(said, "\n"))
+	}
+	if len(r.Files) != copies {
+		t.Errorf("report names %d files, want %d: %v", len(r.Files), copies, r.Files)
+	}
+	for i := range n {
+		want := uint64(copies * testprogs.ExpectedCalls(i, calls))
+		var got uint64
+		rows := 0
+		for _, c := range r.Counts {
+			if c.Function == testprogs.FuncName(i) {
+				got, rows = got+c.Calls, rows+1
+			}
+		}
+		if got != want || rows != 1 {
+			t.Errorf("%s: %d calls in %d rows, want %d in one", testprogs.FuncName(i), got, rows, want)
+		}
+	}
+}
+
+// TestMergeRows: rows of one kind and function from several builds are one
+// row, their calls and sites added up, the path kept only where it is one.
+func TestMergeRows(t *testing.T) {
+	got := mergeRows([]countedSite{
+		{Kind: "uprobe", Function: "malloc", Path: "/a/libc.so.6", Calls: 3, Sites: 1},
+		{Kind: "uprobe", Function: "free", Path: "/a/libc.so.6", Calls: 4, Sites: 1},
+		{Kind: "uprobe", Function: "malloc", Path: "/b/libc.so.6", Calls: 2, Sites: 1},
+		{Kind: "uretprobe", Function: "malloc", Path: "/a/libc.so.6", Calls: 1, Sites: 1},
+	})
+	want := []countedSite{
+		{Kind: "uprobe", Function: "malloc", Path: "", Calls: 5, Sites: 2},
+		{Kind: "uprobe", Function: "free", Path: "/a/libc.so.6", Calls: 4, Sites: 1},
+		{Kind: "uretprobe", Function: "malloc", Path: "/a/libc.so.6", Calls: 1, Sites: 1},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("mergeRows = %+v, want %+v", got, want)
+	}
+}
