@@ -63,7 +63,8 @@ type Report struct {
 	// mount namespace; PID is that process.
 	Path string
 	PID  int
-	// Sites are the file's sites (Attached), with their cookies.
+	// Sites are the file's sites (Attached), with their cookies; each
+	// site's Probe is the probe as given to New, its Target as given.
 	Sites []multiprobe.Site
 	// Reused says the file's sites were not resolved again: it is a copy
 	// of a file attached already (the same build ID, the same library in
@@ -244,7 +245,7 @@ func (w *Watch) appeared(f *tracked, pid int) {
 		return
 	}
 	w.files[f.key] = a
-	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: a.plan.Sites(), Reused: a.reused})
+	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: w.sites(a), Reused: a.reused})
 }
 
 func (w *Watch) attach(f *tracked) (_ *attached, err error) {
@@ -308,6 +309,31 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 		b.files++
 	}
 	return a, nil
+}
+
+// sites returns a's sites, each naming the probe as it was given to New
+// (its plan's probes target the file itself, through this process's
+// view of it): by kind and patterns among the probes a's file matched.
+func (w *Watch) sites(a *attached) []multiprobe.Site {
+	sites := a.plan.Sites()
+	given := map[*multiprobe.Probe]*multiprobe.Probe{}
+	for i := range sites {
+		p := sites[i].Probe
+		if g, ok := given[p]; ok {
+			sites[i].Probe = g
+			continue
+		}
+		for j, q := range w.probes {
+			if q.Kind == p.Kind && slices.Equal(q.Patterns, p.Patterns) && w.matches(j, a.f.path) {
+				c := q
+				c.Patterns = slices.Clone(q.Patterns)
+				given[p] = &c
+				sites[i].Probe = &c
+				break
+			}
+		}
+	}
+	return sites
 }
 
 // buildID returns f's GNU build ID in hex, or "" if it has none.

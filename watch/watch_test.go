@@ -270,6 +270,9 @@ func TestWatchBuilds(t *testing.T) {
 			if s.Cookie < 10 {
 				t.Errorf("%s: cookie %d, below CookieBase 10", s.Name, s.Cookie)
 			}
+			if s.Probe.Target != dir+"/build*" {
+				t.Errorf("%s: probe target %s, want the glob as given", s.Name, s.Probe.Target)
+			}
 		}
 	}
 	if len(byCookie) != 11 {

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/multiprobe/multiprobe"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// mainEnv makes the test binary, started again, run as the agent.
+const mainEnv = "AGENT_TEST_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// need skips t where it cannot run, or fails it in CI, where it must.
+func need(t *testing.T, ok bool, why string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	}
+	t.Skip(why)
+}
+
+// buildWorkload builds testdata's workload and its library into dir.
+func buildWorkload(t *testing.T, dir string) (work, lib string) {
+	t.Helper()
+	_, err := exec.LookPath("gcc")
+	need(t, err == nil, "gcc builds the workload")
+	lib, work = filepath.Join(dir, "libwork.so"), filepath.Join(dir, "work")
+	for _, args := range [][]string{
+		{"-O1", "-shared", "-fPIC", "-o", lib, "testdata/libwork.c"},
+		{"-O1", "-o", work, "testdata/work.c", "-L" + dir, "-lwork", "-Wl,-rpath," + dir},
+	} {
+		if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+			t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return work, lib
+}
+
+// startAgent runs the agent with the config at path and returns it and
+// where it serves /metrics.
+func startAgent(t *testing.T, path string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-config", path, "-v")
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		defer close(addr)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			t.Log(sc.Text())
+			if a, ok := strings.CutPrefix(sc.Text(), "agent: serving /metrics on "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			t.Fatal("the agent ended before it served /metrics")
+		}
+		return cmd, a
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not start serving /metrics")
+	}
+	return nil, ""
+}
+
+// stopAgent ends the agent as a DaemonSet's rollout does, with SIGTERM.
+func stopAgent(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the agent after SIGTERM: %v", err)
+	}
+}
+
+// scrape reads /metrics, in the Prometheus text format, by family.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fams
+}
+
+// work is the numbers of the function work, from a scrape.
+type work struct {
+	calls, timed   uint64
+	sum, below05ms float64 // seconds in all; calls under 0.5 ms
+}
+
+func workMetrics(t *testing.T, fams map[string]*dto.MetricFamily) work {
+	t.Helper()
+	var w work
+	for _, m := range fams["multiprobe_calls_total"].GetMetric() {
+		if label(m, "function") == "work" && label(m, "probe") == "work" {
+			w.calls = uint64(m.GetCounter().GetValue())
+		}
+	}
+	for _, m := range fams["multiprobe_call_duration_seconds"].GetMetric() {
+		if label(m, "function") == "work" {
+			h := m.GetHistogram()
+			w.timed, w.sum = h.GetSampleCount(), h.GetSampleSum()
+			for _, b := range h.GetBucket() {
+				if b.GetUpperBound() <= 0.0005 {
+					w.below05ms = math.Max(w.below05ms, float64(b.GetCumulativeCount()))
+				}
+			}
+		}
+	}
+	return w
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// TestAgent starts the agent on a config that probes a library, runs a
+// workload that calls it a known number of times, each call a millisecond
+// long, and scrapes /metrics: the calls, the histogram's count and sum,
+// and no call under half a millisecond. The agent is then restarted, as an
+// upgrade would: its counters go on from where they were.
+func TestAgent(t *testing.T) {
+	need(t, os.Geteuid() == 0, "the agent needs root")
+	dir := t.TempDir()
+	workload, lib := buildWorkload(t, dir)
+	// A BPF file system of the test's own, where a node has one at
+	// /sys/fs/bpf.
+	bpffs := filepath.Join(dir, "bpffs")
+	if err := os.Mkdir(bpffs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
+		t.Fatalf("mounting a BPF file system: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
+	pin := filepath.Join(bpffs, "multiprobe-agent")
+	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: pin, Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(n int) {
+		t.Helper()
+		if out, err := exec.Command(workload, fmt.Sprint(n), "1000").CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", workload, err, out)
+		}
+	}
+	check := func(addr string, want uint64) {
+		t.Helper()
+		w := workMetrics(t, scrape(t, addr))
+		if w.calls != want || w.timed != want || w.below05ms != 0 || w.sum < float64(want)*0.001 {
+			t.Errorf("work: %d calls, %d timed, %g s in all, %g under 0.5 ms; want %d calls of 1 ms or more", w.calls, w.timed, w.sum, w.below05ms, want)
+		} else {
+			t.Logf("work: %d calls, %.3f s in all", w.calls, w.sum)
+		}
+	}
+
+	agent, addr := startAgent(t, path)
+	run(200)
+	check(addr, 200)
+
+	// OpenMetrics, to a scraper that asks for it.
+	req, err := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") || !strings.HasSuffix(string(body), "# EOF\n") {
+		t.Errorf("asked for OpenMetrics, got %s:\n%s", ct, body)
+	}
+
+	stopAgent(t, agent)
+	agent, addr = startAgent(t, path)
+	check(addr, 200)
+	run(100)
+	check(addr, 300)
+	stopAgent(t, agent)
+}
+
+// TestDeployConfig: the image's config file parses, its probe specs do,
+// and the DaemonSet's ConfigMap holds the same config.
+func TestDeployConfig(t *testing.T) {
+	cfg, err := readConfig("deploy/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range cfg.Probes {
+		if _, err := multiprobe.ParseProbes(p.Spec); err != nil {
+			t.Errorf("probe %s: %v", p.Name, err)
+		}
+	}
+	ds, err := os.ReadFile("deploy/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The block under "config.json: |", its indentation taken off.
+	_, block, ok := strings.Cut(string(ds), "config.json: |\n")
+	if !ok {
+		t.Fatal("no config.json in the DaemonSet's ConfigMap")
+	}
+	var lines []string
+	for _, l := range strings.Split(block, "\n") {
+		if !strings.HasPrefix(l, "    ") {
+			break
+		}
+		lines = append(lines, strings.TrimPrefix(l, "    "))
+	}
+	var inMap config
+	if err := json.Unmarshal([]byte(strings.Join(lines, "\n")), &inMap); err != nil {
+		t.Fatalf("the ConfigMap's config.json: %v", err)
+	}
+	if fmt.Sprint(inMap) != fmt.Sprint(*cfg) {
+		t.Errorf("the ConfigMap's config %+v differs from deploy/config.json's %+v", inMap, *cfg)
+	}
+}

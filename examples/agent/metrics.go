@@ -1,0 +1,73 @@
+package main
+
+import (
+	"math"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// slots is bpf/agent.bpf.c's SLOTS: slot i of a histogram counts calls
+// that took [2^i, 2^(i+1)) ns, the last also those that took longer.
+const slots = 40
+
+// collector reads the agent's maps at each scrape.
+type collector struct {
+	a                 *agent
+	calls, dur, files *prometheus.Desc
+	users             *prometheus.Desc
+}
+
+func newCollector(a *agent) *collector {
+	return &collector{
+		a: a,
+		calls: prometheus.NewDesc("multiprobe_calls_total", "Calls to a probed function, in every process and container of the node.",
+			[]string{"probe", "function"}, nil),
+		dur: prometheus.NewDesc("multiprobe_call_duration_seconds", "Time from a probed function's entry to its return.",
+			[]string{"probe", "function"}, nil),
+		files: prometheus.NewDesc("multiprobe_files", "Files attached: each distinct file the probes' targets match, as the kernel maps it.", nil, nil),
+		users: prometheus.NewDesc("multiprobe_file_users", "Processes that map an attached file.", []string{"path"}, nil),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.calls
+	ch <- c.dur
+	ch <- c.files
+	ch <- c.users
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	for i, f := range c.a.functions() {
+		var n uint64
+		var h agentHist
+		if c.a.objs.Counts.Lookup(uint32(i), &n) != nil || c.a.objs.Hists.Lookup(uint32(i), &h) != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.calls, prometheus.CounterValue, float64(n), f.probe, f.name)
+		buckets := make(map[float64]uint64, slots-1)
+		var count uint64
+		for s := range slots {
+			count += h.Slots[s]
+			if s < slots-1 {
+				buckets[math.Ldexp(1, s+1)/1e9] = count // le 2^(s+1) ns
+			}
+		}
+		ch <- prometheus.MustNewConstHistogram(c.dur, count, float64(h.SumNs)/1e9, buckets, f.probe, f.name)
+	}
+	files := c.a.w.Files()
+	ch <- prometheus.MustNewConstMetric(c.files, prometheus.GaugeValue, float64(len(files)))
+	for _, f := range files {
+		ch <- prometheus.MustNewConstMetric(c.users, prometheus.GaugeValue, float64(f.Users), f.Path)
+	}
+}
+
+// handler serves /metrics, as OpenMetrics to a scraper that asks for it.
+func (a *agent) handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newCollector(a))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	return mux
+}

@@ -1,0 +1,14 @@
+// The agent test's workload: `work N US` calls libwork's work(US) N times.
+#include <stdlib.h>
+
+void work(long us);
+
+int main(int argc, char **argv)
+{
+	if (argc != 3)
+		return 2;
+	long n = atol(argv[1]), us = atol(argv[2]);
+	for (long i = 0; i < n; i++)
+		work(us);
+	return 0;
+}
