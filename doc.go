@@ -43,7 +43,8 @@
 // run twice per call; the row carries every name instead (Site.Names).
 // A site's row
 // index is its cookie: its index in [Plan.Sites], the BPF cookie the kernel
-// hands the program, and the key of a per-site map. Everything that needs
+// hands the program, and the key of a per-site map (all moved up by
+// Options.CookieBase, for plans that share one program's maps). Everything that needs
 // a site's number reads the rows, none counts on its own: the Sites, the
 // targets handed to the kernel (offsets and cookies per binary), the USDT
 // argument spec ids and the per-site path's messages. The kernel needs only

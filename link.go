@@ -85,7 +85,8 @@ func (pl *Plan) refusal(err error) error {
 // Attach attaches prog to every site of the plan, all or nothing: on error,
 // nothing stays attached. prog must be a kprobe-type program loaded from a
 // spec that went through this plan's Prepare (or another plan's with the
-// same features). Each site's cookie is its index in Plan.Sites.
+// same features). Each site's cookie is its index in Plan.Sites (plus
+// Options.CookieBase).
 //
 // Attach finds the maps of the loaded program itself, by their IDs: a copy
 // of the program (see Link) shares them, and the USDT argument specs go
@@ -222,7 +223,7 @@ func (pl *Plan) name(targets []target.Target) {
 }
 
 // Sites returns the attached sites, as Plan.Sites does: a copy of its own
-// at each call; a site's index is its cookie.
+// at each call; a site's index is its cookie (less Options.CookieBase).
 func (l *Link) Sites() []Site {
 	if l.plan == nil {
 		return cloneSites(l.manifest.sites)

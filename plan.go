@@ -135,7 +135,7 @@ func (o *openFile) changed() error {
 // kind at one offset, which two probes or two IFUNCs reach, are one site,
 // where the first reached it, with every name in Site.Names: attached
 // twice, its program would run twice per call. The cookie of each site is
-// its index in Plan.Sites. opts may be nil.
+// its index in Plan.Sites (plus Options.CookieBase). opts may be nil.
 func Resolve(probes []Probe, opts *Options) (_ *Plan, err error) {
 	if len(probes) == 0 {
 		return nil, fmt.Errorf("%w: no probes", ErrBadSpec)
@@ -400,9 +400,10 @@ func (pl *Plan) Features() kernelprobe.Features { return pl.features }
 // Path returns the attach path the plan's links take.
 func (pl *Plan) Path() kernelprobe.Path { return pl.features.Path() }
 
-// Sites returns the plan's sites; a site's index is its cookie. Each call
-// returns a copy of its own, also after Close: what the caller changes in
-// it changes nothing the plan attaches (call it once, not per site).
+// Sites returns the plan's sites; a site's index is its cookie (less
+// Options.CookieBase). Each call returns a copy of its own, also after
+// Close: what the caller changes in it changes nothing the plan attaches
+// (call it once, not per site).
 func (pl *Plan) Sites() []Site { return cloneSites(pl.siteTable()) }
 
 // siteTable returns the plan's own sites, built at the first call.
@@ -454,7 +455,8 @@ func cloneSites(sites []Site) []Site {
 	return out
 }
 
-// build makes the plan's Sites from its rows; a site's cookie is its index.
+// build makes the plan's Sites from its rows; a site's cookie is its index
+// plus Options.CookieBase.
 func (pl *Plan) build() []Site {
 	sites := make([]Site, len(pl.rows))
 	var syms []elfsym.Site
