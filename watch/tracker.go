@@ -45,9 +45,12 @@ type tracker struct {
 	// with the files the kernel maps (source.fileVMAs).
 	real     func(pid int) (map[uint64]fileKey, error)
 	appeared func(f *tracked, pid int)
-	idle     func(f *tracked)
-	files    map[fileKey]*tracked
-	byPID    map[int][]fileKey
+	// reached, if not nil, is told when a file tracked with no path yet
+	// (see Watch.restore) is first mapped by a process.
+	reached func(f *tracked)
+	idle    func(f *tracked)
+	files   map[fileKey]*tracked
+	byPID   map[int][]fileKey
 }
 
 func newTracker(match func(string) bool, appeared func(*tracked, int), idle func(*tracked)) *tracker {
@@ -114,6 +117,11 @@ func (t *tracker) mapped(pid int) {
 		if !f.users[pid] {
 			f.users[pid] = true
 			t.byPID[pid] = append(t.byPID[pid], k)
+		}
+		if f.hostPath == "" && t.reached != nil {
+			// Tracked before any process mapped it (a pin taken back).
+			f.path, f.hostPath = m.Path, m.HostPath
+			t.reached(f)
 		}
 	}
 }

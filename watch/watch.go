@@ -23,6 +23,15 @@ type Options struct {
 	// multiprobe.Options); PID must be 0: a watch is for every process
 	// (PIDs, a Link's own filter, may narrow it).
 	Plan multiprobe.Options
+	// PinDir, if not "", is a directory on a BPF file system where each
+	// file's link is pinned (multiprobe.Link.Pin), a directory per file.
+	// New takes back the links pinned there by an earlier Watch, a
+	// process that ran before this one, and Close leaves them pinned: an
+	// agent that restarts, or is upgraded, misses no call in between.
+	// The links taken back run the program they were attached with, with
+	// its maps: pin the maps a new program must share (cilium/ebpf's
+	// MapOptions.PinPath). Unpin, then Close, detaches everything.
+	PinDir string
 	// Report, if not nil, is told what the watch does with each file, one
 	// report at a time, from the watch's goroutines: it must not call the
 	// Watch's methods.
@@ -42,6 +51,9 @@ const (
 	// attached; Err says why. It is tried again when a process maps it
 	// next.
 	Skipped
+	// Restored: the file's link was pinned by an earlier Watch under
+	// Options.PinDir, and taken back.
+	Restored
 )
 
 func (w What) String() string {
@@ -52,6 +64,8 @@ func (w What) String() string {
 		return "detached"
 	case Skipped:
 		return "skipped"
+	case Restored:
+		return "restored"
 	}
 	return fmt.Sprintf("What(%d)", int(w))
 }
@@ -160,6 +174,7 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 		w.targets = append(w.targets, spellings(p.Target))
 	}
 	w.tr = newTracker(w.match, w.appeared, w.idle)
+	w.tr.reached = w.reached
 	if src.vmas != nil {
 		w.tr.real = func(pid int) (map[uint64]fileKey, error) { return fileVMAs(src.vmas, pid) }
 	}
@@ -167,8 +182,17 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	// during the scan is seen by one or the other, or both, which the
 	// tracker takes as one.
 	w.mu.Lock()
+	var stale []*attached
+	if opts.PinDir != "" {
+		stale = w.restore()
+	}
 	w.seed()
 	w.tr.scan()
+	for _, a := range stale {
+		if len(a.f.users) == 0 {
+			w.detach(a) // its file was deleted while no Watch ran
+		}
+	}
 	w.mu.Unlock()
 	go w.loop()
 	return w, nil
@@ -300,6 +324,9 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	if a.link, err = a.plan.Attach(w.prog); err != nil {
 		return nil, err
 	}
+	if err := w.pin(a); err != nil {
+		return nil, err
+	}
 	if a.build != "" {
 		b := w.builds[a.build]
 		if b == nil {
@@ -312,10 +339,16 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 }
 
 // sites returns a's sites, each naming the probe as it was given to New
-// (its plan's probes target the file itself, through this process's
-// view of it): by kind and patterns among the probes a's file matched.
+// (see given).
 func (w *Watch) sites(a *attached) []multiprobe.Site {
-	sites := a.plan.Sites()
+	return w.given(a.plan.Sites(), a.f.path)
+}
+
+// given makes each of sites name the probe as it was given to New, its
+// Target as given, where a plan's probes target the file itself (through
+// this process's view of it): by kind and patterns among the probes whose
+// target path (as a process names the file; "" for any) matches.
+func (w *Watch) given(sites []multiprobe.Site, path string) []multiprobe.Site {
 	given := map[*multiprobe.Probe]*multiprobe.Probe{}
 	for i := range sites {
 		p := sites[i].Probe
@@ -324,7 +357,7 @@ func (w *Watch) sites(a *attached) []multiprobe.Site {
 			continue
 		}
 		for j, q := range w.probes {
-			if q.Kind == p.Kind && slices.Equal(q.Patterns, p.Patterns) && w.matches(j, a.f.path) {
+			if q.Kind == p.Kind && slices.Equal(q.Patterns, p.Patterns) && (path == "" || w.matches(j, path)) {
 				c := q
 				c.Patterns = slices.Clone(q.Patterns)
 				given[p] = &c
@@ -383,20 +416,41 @@ func (w *Watch) idle(f *tracked) {
 	if a == nil {
 		return
 	}
+	if a.file == nil {
+		return // taken back from a pin, and no process opened it since
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(a.file.Fd()), &st); err != nil || st.Nlink > 0 {
 		return // a later process may map it: its uprobes wait there
 	}
+	w.detach(a)
+}
+
+// reached is a file taken back from a pin, mapped by a process now: held
+// open from here on, which tells when it is unlinked.
+func (w *Watch) reached(f *tracked) {
+	if a := w.files[f.key]; a != nil && a.file == nil {
+		a.file, _ = os.Open(f.hostPath)
+	}
+}
+
+// detach closes a's link (unpinned first) and forgets its file.
+func (w *Watch) detach(a *attached) {
+	f := a.f
 	delete(w.files, f.key)
 	w.tr.forget(f)
 	w.release(a)
+	var unpinned error
+	if w.opts.PinDir != "" {
+		unpinned = a.link.Unpin() // else Close would leave it attached
+	}
 	// Closing a link waits out the kernel's grace period for uprobes,
 	// tens of milliseconds: not in the event loop, which would hold back
 	// the next file's attach as long.
 	w.closing.Add(1)
 	go func() {
 		defer w.closing.Done()
-		w.report(Report{What: Detached, Path: f.path, Err: a.close()})
+		w.report(Report{What: Detached, Path: f.path, Err: errors.Join(unpinned, a.close())})
 	}()
 }
 

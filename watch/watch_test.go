@@ -45,6 +45,13 @@ func loadCounter(t *testing.T, f kernelprobe.Features) (*ebpf.CollectionSpec, *t
 // they make their calls, and every call is counted; a copy whose
 // processes exited and that was deleted is detached.
 func TestWatchContainers(t *testing.T) {
+	eachPath(t, testWatchContainers)
+}
+
+// eachPath runs fn on the kernel's attach path and, where that is
+// uprobe_multi, on the perf-event path too.
+func eachPath(t *testing.T, fn func(*testing.T, kernelprobe.Features)) {
+	t.Helper()
 	probetest.RequireBPF(t)
 	native, err := kernelprobe.Detect()
 	if err != nil {
@@ -53,7 +60,7 @@ func TestWatchContainers(t *testing.T) {
 	perf := native
 	perf.UprobeMulti, perf.UprobeMultiPIDFilter, perf.UprobeSession = false, false, false
 	for _, f := range []kernelprobe.Features{native, perf} {
-		t.Run(f.Path().String(), func(t *testing.T) { testWatchContainers(t, f) })
+		t.Run(f.Path().String(), func(t *testing.T) { fn(t, f) })
 		if native.Path() == kernelprobe.PathPerfEvent {
 			break
 		}

@@ -91,7 +91,11 @@ func start(cfg *config, verbose bool) (_ *agent, err error) {
 	if err := a.readNames(); err != nil {
 		return nil, err
 	}
-	if a.w, err = watch.New(probes, spec, a.objs.AgentProbe, &watch.Options{Report: a.report}); err != nil {
+	// The links too, beside the maps: a restart misses no call. The
+	// links taken back run the last agent's program, with its sites map,
+	// which it filled in.
+	links := filepath.Join(cfg.PinDir, "links")
+	if a.w, err = watch.New(probes, spec, a.objs.AgentProbe, &watch.Options{PinDir: links, Report: a.report}); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -152,7 +156,7 @@ func (a *agent) report(r watch.Report) {
 	if a.verbose {
 		log.Printf("%s %s (process %d, %d sites) %v", r.What, r.Path, r.PID, len(r.Sites), r.Err)
 	}
-	if r.What != watch.Attached {
+	if r.What != watch.Attached && r.What != watch.Restored {
 		return
 	}
 	a.mu.Lock()
@@ -190,7 +194,22 @@ func (a *agent) functions() []function {
 	return append([]function(nil), a.fns...)
 }
 
-// close detaches everything; the pinned counts stay for the next agent.
-func (a *agent) close() error {
-	return errors.Join(a.w.Close(), a.objs.Close())
+// close leaves the links and counts pinned for the next agent; with
+// unpin, it detaches everything and removes the pins (the agent is being
+// removed from the node).
+func (a *agent) close(unpin bool, pinDir string) error {
+	var errs []error
+	if unpin {
+		errs = append(errs, a.w.Unpin())
+	}
+	errs = append(errs, a.w.Close())
+	if unpin {
+		for _, m := range []*ebpf.Map{a.objs.Counts, a.objs.Hists, a.objs.FnNames} {
+			errs = append(errs, m.Unpin())
+		}
+		os.Remove(filepath.Join(pinDir, "links"))
+		os.Remove(pinDir)
+	}
+	errs = append(errs, a.objs.Close())
+	return errors.Join(errs...)
 }

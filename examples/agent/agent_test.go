@@ -63,9 +63,9 @@ func buildWorkload(t *testing.T, dir string) (work, lib string) {
 
 // startAgent runs the agent with the config at path and returns it and
 // where it serves /metrics.
-func startAgent(t *testing.T, path string) (*exec.Cmd, string) {
+func startAgent(t *testing.T, path string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-config", path, "-v")
+	cmd := exec.Command(os.Args[0], append([]string{"-config", path, "-v"}, args...)...)
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -164,7 +164,8 @@ func label(m *dto.Metric, name string) string {
 // workload that calls it a known number of times, each call a millisecond
 // long, and scrapes /metrics: the calls, the histogram's count and sum,
 // and no call under half a millisecond. The agent is then restarted, as an
-// upgrade would: its counters go on from where they were.
+// upgrade would, while the workload runs: its counters go on from where
+// they were and miss nothing in between.
 func TestAgent(t *testing.T) {
 	need(t, os.Geteuid() == 0, "the agent needs root")
 	dir := t.TempDir()
@@ -224,12 +225,23 @@ func TestAgent(t *testing.T) {
 		t.Errorf("asked for OpenMetrics, got %s:\n%s", ct, body)
 	}
 
+	// Restarted: the calls made while no agent ran are counted too (its
+	// links stayed pinned), and so are those after.
 	stopAgent(t, agent)
+	run(50)
 	agent, addr = startAgent(t, path)
-	check(addr, 200)
+	check(addr, 250)
 	run(100)
-	check(addr, 300)
+	check(addr, 350)
 	stopAgent(t, agent)
+
+	// -unpin, for removing the agent: nothing stays pinned.
+	agent, _ = startAgent(t, path, "-unpin")
+	stopAgent(t, agent)
+	if _, err := os.Stat(pin); !os.IsNotExist(err) {
+		ents, _ := os.ReadDir(pin)
+		t.Errorf("after -unpin the pin directory is still there (%v): %v", err, ents)
+	}
 }
 
 // TestDeployConfig: the image's config file parses, its probe specs do,

@@ -18,10 +18,12 @@
 //
 // Each uprobe spec is timed from the functions' entries to their returns.
 // The counts and histograms live in BPF maps pinned under pin_dir (a BPF
-// file system), with the names of the functions they are for: an agent
-// restarted, or upgraded, counts on from where the last one stopped, and
-// the counters Prometheus sees never go back. Calls made while no agent
-// runs are not counted.
+// file system), with the names of the functions they are for, and so do
+// the probes' links (watch.Options.PinDir): while an agent restarts, or
+// is upgraded, its probes stay attached and count, and the next one takes
+// them back, so the counters Prometheus sees miss no call and never go
+// back. -unpin, for removing the agent, detaches everything at exit and
+// removes the pins.
 //
 // The agent needs root (CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON) and the
 // node's pid namespace: it reads every process's /proc/PID/maps.
@@ -78,14 +80,15 @@ func main() {
 	log.SetPrefix("agent: ")
 	path := flag.String("config", "/etc/multiprobe-agent/config.json", "the config `FILE`")
 	verbose := flag.Bool("v", false, "log each file attached, skipped or detached")
+	unpin := flag.Bool("unpin", false, "on exit, detach every probe and remove the pinned counts (when removing the agent from the node, not restarting it)")
 	flag.Parse()
-	if err := run(*path, *verbose); err != nil {
+	if err := run(*path, *verbose, *unpin); err != nil {
 		log.Fatal(err)
 	}
 }
 
 // run starts the agent and serves /metrics until SIGINT or SIGTERM.
-func run(path string, verbose bool) error {
+func run(path string, verbose, unpin bool) error {
 	cfg, err := readConfig(path)
 	if err != nil {
 		return err
@@ -94,7 +97,11 @@ func run(path string, verbose bool) error {
 	if err != nil {
 		return err
 	}
-	defer a.close()
+	defer func() {
+		if err := a.close(unpin, cfg.PinDir); err != nil {
+			log.Print(err)
+		}
+	}()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return err

@@ -1,0 +1,94 @@
+package watch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/multiprobe/multiprobe"
+)
+
+// pinName is the directory, under Options.PinDir, of file k's link. bpffs
+// takes no dots in names; underscores it does.
+func pinName(k fileKey) string {
+	return fmt.Sprintf("f_%d_%d_%d", k.major, k.minor, k.ino)
+}
+
+// parsePinName is pinName's inverse.
+func parsePinName(name string) (fileKey, bool) {
+	f := strings.Split(name, "_")
+	if len(f) != 4 || f[0] != "f" {
+		return fileKey{}, false
+	}
+	maj, err1 := strconv.ParseUint(f[1], 10, 32)
+	mnr, err2 := strconv.ParseUint(f[2], 10, 32)
+	ino, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return fileKey{}, false
+	}
+	return fileKey{uint32(maj), uint32(mnr), ino}, true
+}
+
+// restore takes back the links an earlier Watch pinned under
+// Options.PinDir: each file is tracked with no process yet (the scan
+// finds them) and reported Restored. A pin that cannot be taken back is
+// reported Skipped and left as it is; one whose file was deleted since is
+// detached, unless the scan finds a process still running it.
+func (w *Watch) restore() (stale []*attached) {
+	ents, err := os.ReadDir(w.opts.PinDir)
+	if err != nil {
+		return nil // none yet
+	}
+	for _, e := range ents {
+		k, ok := parsePinName(e.Name())
+		if !ok || !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(w.opts.PinDir, e.Name())
+		l, err := multiprobe.LoadPinnedLink(dir)
+		if err != nil {
+			w.report(Report{What: Skipped, Path: dir, Err: err})
+			continue
+		}
+		sites := w.given(l.Sites(), "")
+		path := dir
+		if len(sites) > 0 {
+			path = sites[0].Path
+		}
+		f := &tracked{key: k, path: path, users: map[int]bool{}}
+		w.tr.files[k] = f
+		a := &attached{f: f, link: l}
+		w.files[k] = a
+		for _, s := range sites {
+			w.nextCookie = max(w.nextCookie, s.Cookie+1)
+		}
+		if len(l.StaleFiles()) > 0 {
+			stale = append(stale, a)
+		}
+		w.report(Report{What: Restored, Path: path, Sites: sites})
+	}
+	return stale
+}
+
+// pin pins a's link under Options.PinDir, if set.
+func (w *Watch) pin(a *attached) error {
+	if w.opts.PinDir == "" {
+		return nil
+	}
+	return a.link.Pin(filepath.Join(w.opts.PinDir, pinName(a.f.key)))
+}
+
+// Unpin removes every file's pinned link (Options.PinDir), so that Close
+// detaches them: for an agent that is being removed, not restarted.
+func (w *Watch) Unpin() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var errs []error
+	for _, a := range w.files {
+		errs = append(errs, a.link.Unpin())
+	}
+	return errors.Join(errs...)
+}
