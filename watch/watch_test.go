@@ -22,7 +22,7 @@ import (
 
 // loadCounter loads the counter program from a spec prepared for plans
 // with features f, as a watch's user does.
-func loadCounter(t *testing.T, f kernelprobe.Features) (*ebpf.CollectionSpec, *testprogs.Counter) {
+func loadCounter(t testing.TB, f kernelprobe.Features) (*ebpf.CollectionSpec, *testprogs.Counter) {
 	t.Helper()
 	spec, err := testprogs.CounterSpec()
 	if err != nil {
