@@ -71,7 +71,7 @@ func TestRetargetErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, other := testprogs.PrivateTarget(t, 5), testprogs.PrivateTarget(t, 6)
+	a, other := testprogs.PrivateTarget(t, 5), testprogs.PrivateTarget(t, 20)
 	pl, err := multiprobe.Resolve(mustParse(t, "uprobe:"+a+":func_*"), &multiprobe.Options{Features: &f})
 	if err != nil {
 		t.Fatal(err)

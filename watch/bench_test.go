@@ -17,7 +17,6 @@ import (
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // benchWatch starts a Watch whose probes match nothing on the machine, so
@@ -25,7 +24,7 @@ import (
 // statistics are on for them (which costs each run two clock reads).
 func benchWatch(b *testing.B, stats bool) *Watch {
 	b.Helper()
-	probetest.RequireBPF(b)
+	requireEvents(b)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		b.Fatal(err)
@@ -114,7 +113,7 @@ func BenchmarkExec(b *testing.B) {
 // copy of a small program, whose first mapping the events find. p50 and
 // p99 are reported beside the mean.
 func BenchmarkFirstMapping(b *testing.B) {
-	probetest.RequireBPF(b)
+	requireEvents(b)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		b.Fatal(err)

@@ -41,7 +41,7 @@ func monotonic() int64 {
 // the link was in place) can be at most those due before the watch
 // reported the copy attached. The copies are one build, resolved once.
 func TestWatchChroots(t *testing.T) {
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +162,7 @@ func TestWatchChroots(t *testing.T) {
 // descriptors, the kernel's links, the watch's own tables and the Go heap
 // are back where they started.
 func TestWatchChurn(t *testing.T) {
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // TestWatchOverlay: ten containers of one image, each seeing the image's
@@ -26,7 +25,7 @@ import (
 // serves them all: the watch attaches it once, counts ten users, and
 // every call is counted once.
 func TestWatchOverlay(t *testing.T) {
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)

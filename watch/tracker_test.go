@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/multiprobe/multiprobe/internal/testprogs"
-	"github.com/multiprobe/multiprobe/probetest"
 )
 
 func TestMatchTarget(t *testing.T) {
@@ -39,7 +38,7 @@ func TestMatchTarget(t *testing.T) {
 // and a copy whose last process exits goes idle; a process that ran
 // before is found by the scan.
 func TestTracker(t *testing.T) {
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	a := testprogs.PrivateTarget(t, 5)
 	b := testprogs.PrivateCopy(t, a)
 	early := testprogs.Start(t, a, "-wait", "1")

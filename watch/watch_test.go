@@ -52,7 +52,7 @@ func TestWatchContainers(t *testing.T) {
 // uprobe_multi, on the perf-event path too.
 func eachPath(t *testing.T, fn func(*testing.T, kernelprobe.Features)) {
 	t.Helper()
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	native, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +160,7 @@ func testWatchContainers(t *testing.T, f kernelprobe.Features) {
 // TestWatchDlopen: a library that a running program opens with dlopen
 // after the watch started is attached before the program calls it.
 func TestWatchDlopen(t *testing.T) {
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	py, err := exec.LookPath("python3")
 	testutil.RequireTool(t, "python3", err)
 	f, err := kernelprobe.Detect()
@@ -213,22 +213,22 @@ print("called", flush=True)`)
 }
 
 // TestWatchBuilds: two builds under one glob (another number of
-// functions: another build ID) get cookie ranges of their own, and the
+// functions, 5 and 20: another build ID) get cookie ranges of their own, and the
 // second copy of a build shares its first's: each function is counted at
 // its own cookie, as the Attached reports name them.
 func TestWatchBuilds(t *testing.T) {
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
 	}
 	const calls = 3
 	dir := t.TempDir()
-	five, six := filepath.Join(dir, "build5"), filepath.Join(dir, "build6")
+	five, twenty := filepath.Join(dir, "build5"), filepath.Join(dir, "build20")
 	if err := os.Rename(testprogs.PrivateTarget(t, 5), five); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(testprogs.PrivateTarget(t, 6), six); err != nil {
+	if err := os.Rename(testprogs.PrivateTarget(t, 20), twenty); err != nil {
 		t.Fatal(err)
 	}
 	fiveAgain := filepath.Join(dir, "build5-copy")
@@ -254,7 +254,7 @@ func TestWatchBuilds(t *testing.T) {
 	}
 	defer w.Close()
 	var procs []*testprogs.Proc
-	for _, p := range []string{five, six, fiveAgain} {
+	for _, p := range []string{five, twenty, fiveAgain} {
 		procs = append(procs, testprogs.Start(t, p, "-wait", fmt.Sprint(calls)))
 	}
 	for deadline := time.Now().Add(10 * time.Second); len(w.Files()) < 3; time.Sleep(10 * time.Millisecond) {
@@ -282,10 +282,10 @@ func TestWatchBuilds(t *testing.T) {
 			}
 		}
 	}
-	if len(byCookie) != 11 {
-		t.Errorf("%d cookies, want 11 (5 for the build of five functions, twice, and 6): %v", len(byCookie), byCookie)
+	if len(byCookie) != 25 {
+		t.Errorf("%d cookies, want 25 (5 for the build of five functions, twice, and 20): %v", len(byCookie), byCookie)
 	}
-	counts, err := testprogs.ReadArray(c.Counts, 10+11)
+	counts, err := testprogs.ReadArray(c.Counts, 10+25)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestWatchBuilds(t *testing.T) {
 // briefly, has every call counted; a path through a symbolic link means
 // the file it leads to.
 func TestWatchSeed(t *testing.T) {
-	probetest.RequireBPF(t)
+	requireEvents(t)
 	f, err := kernelprobe.Detect()
 	if err != nil {
 		t.Fatal(err)
