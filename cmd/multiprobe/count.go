@@ -175,7 +175,6 @@ type countFlags struct {
 	withArgs  bool
 	nargs     int
 	strs      strArgs
-	verbose   bool
 }
 
 // parseCountFlags parses count's command line into its flags, probe specs
@@ -190,8 +189,6 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 	fs.BoolVar(&f.withArgs, "args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	fs.IntVar(&f.nargs, "nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
 	fs.Var(&f.strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
-	fs.BoolVar(&f.verbose, "verbose", false, "with no command and no --pid (following every process), print a line to stderr for each file attached, skipped or detached")
-	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
 	if specs, command, err = parseFlags(fs, args); err != nil {
 		return nil, nil, nil, err
 	}
@@ -216,8 +213,6 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 				return nil, nil, nil, usagef("%s needs a command or --pid: without, count follows every process, which it does not do with %s yet", c.flag, c.flag)
 			}
 		}
-	} else if f.verbose {
-		return nil, nil, nil, usagef("--verbose says which files count follows, which it does with no command and no --pid")
 	}
 	if f.profiling {
 		f.trace.profiling = &f.profile

@@ -7,13 +7,13 @@
 //
 //	multiprobe list [--json] TARGET PATTERN...
 //	multiprobe count [--pid PID | -v] [--duration D] [--json] [--stats] [--profile] PROBE... [-- CMD ARGS...]
-//	multiprobe latency [--pid PID] [--duration D] [--json] PROBE... [-- CMD ARGS...]
+//	multiprobe latency [--pid PID | -v] [--duration D] [--json] PROBE... [-- CMD ARGS...]
 //	multiprobe usdt [--json] TARGET [PATTERN]
 //	multiprobe load [--jobs N] [--order lpt|given|cached] [--json] OBJECT.o
 //	multiprobe profile [--duration D] [--freq HZ] [--json] [-o FILE.pb.gz] [--folded FILE] PROG
 //
-// count with neither a command nor --pid follows its probes' targets into
-// every process and container of the machine as they appear (package
-// watch): `multiprobe count -v --duration 10s 'uprobe:libc:malloc'` counts
-// malloc in every libc, the host's and each container's own.
+// count and latency with neither a command nor --pid follow their probes'
+// targets into every process and container of the machine as they appear
+// (package watch): `multiprobe count -v --duration 10s 'uprobe:libc:malloc'`
+// counts malloc in every libc, the host's and each container's own.
 package main

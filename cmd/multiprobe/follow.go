@@ -40,6 +40,9 @@ type follower struct {
 	verbose io.Writer // nil unless --verbose
 	stderr  io.Writer
 	warned  bool
+	// attached, if not nil, is told of each file attached, before its
+	// report is taken in.
+	attached func(watch.Report)
 }
 
 // report takes in what the watch did with one file.
@@ -48,6 +51,9 @@ func (fl *follower) report(r watch.Report) {
 	defer fl.mu.Unlock()
 	switch r.What {
 	case watch.Attached:
+		if fl.attached != nil {
+			fl.attached(r)
+		}
 		fl.files = append(fl.files, r.Path)
 		past := 0
 		for _, s := range r.Sites {
@@ -111,11 +117,13 @@ func checkTargets(probes []multiprobe.Probe, opts *multiprobe.Options) error {
 
 // follow counts through a watch until duration passes or SIGINT or
 // SIGTERM arrives, and returns the sites of every file attached meanwhile.
-func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts multiprobe.Options, duration time.Duration, verbose bool, stderr io.Writer) (end countEnd, sites []multiprobe.Site, files []string, err error) {
+// attached, if not nil, is told of each file attached, before count's
+// own bookkeeping.
+func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts multiprobe.Options, duration time.Duration, verbose bool, stderr io.Writer, attached func(watch.Report)) (end countEnd, sites []multiprobe.Site, files []string, err error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr}
+	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached}
 	if verbose {
 		fl.verbose = stderr
 	}
@@ -194,7 +202,7 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	}
 	defer coll.Close()
 	c := &counter{counts: coll.Maps["counts"], prog: coll.Programs["count_call"]}
-	end, sites, files, err := follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration), f.verbose, stderr)
+	end, sites, files, err := follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration), f.trace.verbose, stderr, nil)
 	if err != nil {
 		return err
 	}

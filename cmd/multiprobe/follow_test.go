@@ -124,3 +124,76 @@ func TestMergeRows(t *testing.T) {
 		t.Errorf("mergeRows = %+v, want %+v", got, want)
 	}
 }
+
+// TestLatencyFollow: latency with no command and no --pid times a program
+// started after it, whose file it attached at once (a path named here):
+// nap_3ms and nap_12ms, three calls each, in their slots.
+func TestLatencyFollow(t *testing.T) {
+	probetest.RequireBPF(t)
+	dir := t.TempDir()
+	napper := filepath.Join(dir, "napper")
+	data, err := os.ReadFile(testprogs.SleeperTarget(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(napper, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "latency", "--json", "-v", "--duration", "60", "uprobe:"+napper+":nap_3ms,nap_12ms")
+	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	var out strings.Builder
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "attached "+napper) {
+	}
+	if o, err := exec.Command(napper, "3").CombinedOutput(); err != nil {
+		t.Fatalf("%s 3: %v\n%s", napper, err, o)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	for sc.Scan() {
+	}
+	cmd.Wait()
+	var r latencyReport
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []struct {
+		fn   string
+		slot int
+	}{{"nap_3ms", 21}, {"nap_12ms", 23}} {
+		found := false
+		for _, l := range r.Latencies {
+			if l.Function != want.fn {
+				continue
+			}
+			found = true
+			var inSlot uint64
+			for _, b := range l.Buckets {
+				if b.LowNS == 1<<want.slot {
+					inSlot = b.Count
+				}
+			}
+			if l.Calls != 3 || inSlot < 2 {
+				t.Errorf("%s: %d calls, %d in [2^%d, 2^%d) ns, want 3 calls, 2 or more there (a spin can be preempted): %+v", want.fn, l.Calls, inSlot, want.slot, want.slot+1, l.Buckets)
+			}
+		}
+		if !found {
+			t.Errorf("%s not timed: %s", want.fn, out.String())
+		}
+	}
+	if len(r.Files) != 1 {
+		t.Errorf("files %v, want the one", r.Files)
+	}
+}

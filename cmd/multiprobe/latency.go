@@ -15,11 +15,12 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/watch"
 )
 
 func init() {
 	commands["latency"] = &command{
-		usage:      "[--pid PID] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
+		usage:      "[--pid PID | -v] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
 		short:      "per-function latency histograms over many functions at once (root)",
 		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], with globs, as bpftrace
@@ -27,7 +28,10 @@ writes it. Every function it matches gets a log2 histogram of the time from
 its entry to its return, like bcc's funclatency, but over thousands of
 functions with one attach. Functions are listed by the total time spent in
 them, their histograms drawn in the terminal. The command after "--", the
---pid process, --duration and Ctrl-C work as they do for count.
+--pid process, --duration and Ctrl-C work as they do for count; with
+neither a command nor --pid, latency follows the targets into every
+process and container as count does (-v names each file), timing by entry
+and return probes.
 
 On Linux 6.13+ each function gets a uprobe session: one program run at entry
 and return, with the start time kept by the kernel. Elsewhere, and on Go
@@ -90,6 +94,9 @@ type latencyReport struct {
 	// of them, or the first --top. Never null.
 	Latencies []latencyFunction `json:"latencies"`
 	Omitted   int               `json:"omitted,omitempty"`
+	// Files are the files attached when latency followed every process
+	// (no command, no --pid).
+	Files []string `json:"files,omitempty"`
 }
 
 func runLatency(args []string, stdout, stderr io.Writer) error {
@@ -119,6 +126,9 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer tr.close()
+	if tf.following(command) {
+		return runLatencyFollow(&tf, probes, tr, stdout, stderr)
+	}
 
 	plan, session, err := resolveLatency(probes, tr.opts)
 	if err != nil {
@@ -134,7 +144,7 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report, err := lt.report(plan, end.elapsed)
+	report, err := lt.report(end.elapsed)
 	if err != nil {
 		return err
 	}
@@ -175,6 +185,128 @@ func resolveLatency(probes []multiprobe.Probe, opts *multiprobe.Options) (plan *
 	}
 	plan, err = multiprobe.Resolve(pairs, opts)
 	return plan, false, err
+}
+
+// followFuncs is how many functions a following latency has histograms
+// for (5.5 MiB of them).
+const followFuncs = 1 << 14
+
+// runLatencyFollow is latency with no command and no --pid: every
+// process's files that the probes' targets match, now and as they appear,
+// each function timed by an entry and a return probe (sessions would
+// leave Go programs out). A function of one name and probe is one row
+// over every file.
+func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, stdout, stderr io.Writer) error {
+	if err := checkTargets(probes, tr.opts); err != nil {
+		return err
+	}
+	if err := knownRegisters("latency"); err != nil {
+		return err
+	}
+	pairs := slices.Clone(probes)
+	for _, p := range probes {
+		p.Kind = multiprobe.Return
+		pairs = append(pairs, p)
+	}
+	spec, err := loadLatency()
+	if err != nil {
+		return err
+	}
+	for n := range spec.Programs {
+		if n != "latency_pair" {
+			delete(spec.Programs, n)
+		}
+	}
+	if err := multiprobe.PrepareSpec(spec, tr.opts); err != nil {
+		return err
+	}
+	spec.Maps["sites"].MaxEntries = followSlots
+	spec.Maps["hists"].MaxEntries = followFuncs
+	coll, err := newCollection("the latency program", spec)
+	if err != nil {
+		return err
+	}
+	defer coll.Close()
+	lt := &latencyTimer{coll: coll, prog: coll.Programs["latency_pair"]}
+	fill := &latencyFill{lt: lt, fn: map[latencyFn]uint32{}}
+	end, _, files, err := follow(pairs, spec, lt.prog, *tr.opts, time.Duration(tf.duration), tf.verbose, stderr, fill.attached)
+	if err != nil {
+		return err
+	}
+	report, err := lt.report(end.elapsed)
+	if err != nil {
+		return err
+	}
+	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
+	report.Files = files
+	if report.Files == nil {
+		report.Files = []string{}
+	}
+	if tf.top > 0 && len(report.Latencies) > tf.top {
+		report.Omitted = len(report.Latencies) - tf.top
+		report.Latencies = report.Latencies[:tf.top]
+	}
+	if tf.asJSON {
+		if err := writeJSON(stdout, report); err != nil {
+			return err
+		}
+		return end.status()
+	}
+	writeLatency(stdout, &report)
+	return end.status()
+}
+
+// latencyFn is a function over every file: its probe (target and
+// patterns, whichever kind) and name.
+type latencyFn struct{ target, patterns, name string }
+
+// latencyFill fills in the sites map for each file the watch attaches.
+type latencyFill struct {
+	lt *latencyTimer
+	fn map[latencyFn]uint32
+}
+
+// attached fills in a file's sites: the returns before the entries, so
+// that no start is noted for a function whose return does not know it
+// yet. Until then a site reads as zeros, an entry of function 0, which
+// notes a start no return takes (the LRU ages it out): a call made as its
+// file is attached may go untimed, none is timed wrong.
+func (fl *latencyFill) attached(r watch.Report) {
+	lt := fl.lt
+	entries := make([]latencySite, len(r.Sites))
+	goFn := map[uint32]bool{}
+	for i, s := range r.Sites {
+		k := latencyFn{s.Probe.Target, strings.Join(s.Probe.Patterns, ","), s.Name}
+		fn, ok := fl.fn[k]
+		if !ok {
+			if len(lt.fns) == followFuncs {
+				continue
+			}
+			fn = uint32(len(lt.fns))
+			fl.fn[k] = fn
+			entry := s
+			entry.Probe = &multiprobe.Probe{Kind: multiprobe.Entry, Target: s.Probe.Target, Patterns: s.Probe.Patterns}
+			lt.fns = append(lt.fns, entry)
+		}
+		entries[i].Fn = fn
+		if s.Probe.Kind == multiprobe.Return {
+			entries[i] = latencySite{Fn: fn, IsReturn: 1, SpGain: returnSPGain(s)}
+			if s.Returns != nil {
+				goFn[fn] = true
+			}
+		}
+	}
+	for _, ret := range []bool{true, false} {
+		for i, s := range r.Sites {
+			if (s.Probe.Kind == multiprobe.Return) != ret || s.Cookie >= followSlots {
+				continue
+			}
+			if goFn[entries[i].Fn] {
+				entries[i].Go = 1
+			}
+			lt.coll.Maps["sites"].Put(uint32(s.Cookie), entries[i])
+		}
+	}
 }
 
 // latencyTimer is the loaded bpf/latency.c and what its maps mean.
@@ -290,7 +422,7 @@ func returnSPGain(s multiprobe.Site) uint16 {
 }
 
 // report reads the histograms.
-func (lt *latencyTimer) report(plan *multiprobe.Plan, elapsed time.Duration) (latencyReport, error) {
+func (lt *latencyTimer) report(elapsed time.Duration) (latencyReport, error) {
 	r := latencyReport{Mode: "pairs", Functions: len(lt.fns), Duration: elapsed, Latencies: []latencyFunction{}}
 	if lt.session {
 		r.Mode = "session"
@@ -381,6 +513,9 @@ func writeLatency(w io.Writer, r *latencyReport) {
 	}
 	fmt.Fprintf(w, "%d of %d %s called in %v (%s, %s)\n", r.Called, r.Functions, plural(r.Functions, "function", "functions"),
 		r.Duration.Round(time.Millisecond), r.Path, r.Mode)
+	if r.Files != nil {
+		fmt.Fprintf(w, "in %d %s, following every process (--verbose names them)\n", len(r.Files), plural(len(r.Files), "file", "files"))
+	}
 	if r.Unmatched > 0 {
 		fmt.Fprintf(w, "%d %s not timed: %s entry was not seen (a call already running at attach)\n",
 			r.Unmatched, plural(int(min(r.Unmatched, 2)), "return was", "returns were"), plural(int(min(r.Unmatched, 2)), "its", "their"))

@@ -19,6 +19,8 @@ type traceFlags struct {
 	duration secondsFlag
 	top      int
 	asJSON   bool
+	// verbose prints a line per file followed (no command, no --pid).
+	verbose bool
 	// profiling, where a command sets it, profiles the program while it
 	// runs (count --profile).
 	profiling *profileFlags
@@ -31,6 +33,8 @@ func (f *traceFlags) register(fs *flag.FlagSet, rows string) {
 	fs.Var(&f.duration, "duration", "trace for this long: `D` as 10s, 1m30s or 2.5 (seconds) (default: until the command exits, or Ctrl-C)")
 	fs.IntVar(&f.top, "top", 0, "show only the first `N` "+rows)
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout; the command after \"--\" then writes its stdout to stderr")
+	fs.BoolVar(&f.verbose, "verbose", false, "with no command and no --pid (following every process), print a line to stderr for each file attached, skipped or detached")
+	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
 }
 
 // check refuses flags that make no sense with the probe specs and the
@@ -50,6 +54,9 @@ func (f *traceFlags) check(specs, command []string) error {
 	}
 	if command != nil && len(command) == 0 {
 		return usagef(`"--" with no command after it`)
+	}
+	if f.verbose && !f.following(command) {
+		return usagef("--verbose says which files are followed, which happens with no command and no --pid")
 	}
 	return nil
 }
