@@ -93,13 +93,5 @@ func TestWatchOverlay(t *testing.T) {
 	for _, p := range procs {
 		p.Finish(t)
 	}
-	counts, err := testprogs.ReadArray(c.Counts, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if want := uint64(mounts * testprogs.ExpectedCalls(i, calls)); counts[i] != want {
-			t.Errorf("%s: %d calls counted over %d containers, want %d", testprogs.FuncName(i), counts[i], mounts, want)
-		}
-	}
+	checkCounts(t, c, n, calls, mounts)
 }

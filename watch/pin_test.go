@@ -57,15 +57,7 @@ func testWatchPinRestart(t *testing.T, f kernelprobe.Features) {
 	}
 	// No Watch runs: the pinned link counts.
 	p.Finish(t)
-	counts, err := testprogs.ReadArray(c.Counts, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if want := uint64(testprogs.ExpectedCalls(i, calls)); counts[i] != want {
-			t.Errorf("%s: %d calls counted while no Watch ran, want %d", testprogs.FuncName(i), counts[i], want)
-		}
-	}
+	checkCounts(t, c, n, calls, 1)
 
 	// The next Watch takes it back, and a process running the file is
 	// one of its users.
@@ -85,15 +77,7 @@ func testWatchPinRestart(t *testing.T, f kernelprobe.Features) {
 		t.Fatalf("after a restart: files %+v, reports %+v; want one file restored, with one user", files, reports)
 	}
 	p.Finish(t)
-	counts, err = testprogs.ReadArray(c.Counts, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if want := uint64(2 * testprogs.ExpectedCalls(i, calls)); counts[i] != want {
-			t.Errorf("%s: %d calls counted, want %d", testprogs.FuncName(i), counts[i], want)
-		}
-	}
+	checkCounts(t, c, n, calls, 2)
 	if err := w.Unpin(); err != nil {
 		t.Fatal(err)
 	}

@@ -67,6 +67,19 @@ func (t *tracker) scan() {
 	}
 }
 
+// rescan is scan after events were lost: every process's mappings are
+// read again, then processes tracked that are gone have exited (in that
+// order, so that a file another process maps now does not go idle on the
+// way).
+func (t *tracker) rescan() {
+	t.scan()
+	for pid := range t.byPID {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err != nil {
+			t.exited(pid)
+		}
+	}
+}
+
 // handle updates the files' users for an event.
 func (t *tracker) handle(e event) {
 	pid := int(e.PID)

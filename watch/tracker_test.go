@@ -112,3 +112,27 @@ func TestTracker(t *testing.T) {
 		t.Errorf("idle %v after every process exited, want %s once", idle, a)
 	}
 }
+
+// TestTrackerRescan: after lost events, rescan finds a process the events
+// missed and lets go of one that exited unseen: no events are read here at
+// all.
+func TestTrackerRescan(t *testing.T) {
+	a := testprogs.PrivateTarget(t, 5)
+	gone := testprogs.Start(t, a, "-wait", "1")
+	idle := 0
+	tr := newTracker(func(p string) bool { return p == a },
+		func(*tracked, int) {},
+		func(*tracked) { idle++ })
+	tr.scan()
+	gone.Finish(t) // its exit is not seen
+	missed := testprogs.Start(t, a, "-wait", "1")
+	tr.rescan()
+	if len(tr.byPID) != 1 || len(tr.byPID[missed.PID()]) != 1 {
+		t.Errorf("after the rescan the tracker has processes %v, want %d alone", tr.byPID, missed.PID())
+	}
+	missed.Finish(t)
+	tr.rescan()
+	if idle != 1 || len(tr.byPID) != 0 {
+		t.Errorf("after the last process exited unseen: idle %d times, processes %v; want once, none", idle, tr.byPID)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -122,7 +123,10 @@ type Watch struct {
 	opts    Options
 	src     *source
 	tr      *tracker
-	done    chan struct{}
+	done    chan struct{} // closed when the loop has returned
+	// quit ends rescan; rescanned is done when it has.
+	quit      chan struct{}
+	rescanned sync.WaitGroup
 
 	mu     sync.Mutex
 	files  map[fileKey]*attached
@@ -169,7 +173,7 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	if err != nil {
 		return nil, err
 	}
-	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, nextCookie: opts.Plan.CookieBase}
+	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), quit: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, nextCookie: opts.Plan.CookieBase}
 	for _, p := range w.probes {
 		w.targets = append(w.targets, spellings(p.Target))
 	}
@@ -195,6 +199,8 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	}
 	w.mu.Unlock()
 	go w.loop()
+	w.rescanned.Add(1)
+	go w.rescan(time.Second)
 	return w, nil
 }
 
@@ -211,6 +217,31 @@ func (w *Watch) loop() {
 			w.sweep()
 		}
 		w.mu.Unlock()
+	}
+}
+
+// rescan looks, every period, whether the kernel lost events (the ring
+// buffer was full: a burst of 65,000 execs and mappings), and if it did,
+// reads /proc again: the mappings of processes it missed, and the exits
+// (processes tracked that are gone).
+func (w *Watch) rescan(period time.Duration) {
+	defer w.rescanned.Done()
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var lost uint64
+	for {
+		select {
+		case <-w.quit:
+			return
+		case <-t.C:
+		}
+		if n := w.src.lost(); n != lost {
+			lost = n
+			w.mu.Lock()
+			w.tr.rescan()
+			w.sweep()
+			w.mu.Unlock()
+		}
 	}
 }
 
@@ -291,32 +322,11 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	if a.file, err = os.Open(f.hostPath); err != nil {
 		return nil, err
 	}
-	// Copies of one build (the same library in many containers) are
-	// resolved once: the others take the first one's plan.
 	if id := buildID(a.file); id != "" {
 		a.build = id + " " + strings.Join(which, ",")
 	}
-	if b := w.builds[a.build]; b != nil {
-		if a.plan, err = b.plan.Retarget(f.hostPath); err == nil {
-			a.reused = true
-		}
-	}
-	if a.plan == nil {
-		opts := w.opts.Plan
-		base, known := w.bases[a.build]
-		if !known || a.build == "" {
-			base = w.nextCookie
-		}
-		opts.CookieBase = base
-		if a.plan, err = multiprobe.Resolve(probes, &opts); err != nil {
-			return nil, err
-		}
-		if !known || a.build == "" {
-			w.nextCookie += uint64(a.plan.Len())
-			if a.build != "" {
-				w.bases[a.build] = base
-			}
-		}
+	if err := w.plan(a, probes); err != nil {
+		return nil, err
 	}
 	if err := a.plan.Prepare(w.spec); err != nil {
 		return nil, err
@@ -336,6 +346,35 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 		b.files++
 	}
 	return a, nil
+}
+
+// plan gives a its plan: its build's, retargeted, where a copy of the
+// build is attached (copies of one library in many containers are
+// resolved once), else probes resolved, with the build's cookie range or
+// the next one.
+func (w *Watch) plan(a *attached, probes []multiprobe.Probe) (err error) {
+	if b := w.builds[a.build]; b != nil {
+		if a.plan, err = b.plan.Retarget(a.f.hostPath); err == nil {
+			a.reused = true
+			return nil
+		}
+	}
+	opts := w.opts.Plan
+	base, known := w.bases[a.build]
+	if !known || a.build == "" {
+		base = w.nextCookie
+	}
+	opts.CookieBase = base
+	if a.plan, err = multiprobe.Resolve(probes, &opts); err != nil {
+		return err
+	}
+	if !known || a.build == "" {
+		w.nextCookie += uint64(a.plan.Len())
+		if a.build != "" {
+			w.bases[a.build] = base
+		}
+	}
+	return nil
 }
 
 // sites returns a's sites, each naming the probe as it was given to New
@@ -498,6 +537,8 @@ func (w *Watch) Close() error {
 	// The loop first: it may be using the iterator.
 	err := w.src.stop()
 	<-w.done
+	close(w.quit)
+	w.rescanned.Wait()
 	err = errors.Join(err, w.src.Close())
 	w.mu.Lock()
 	defer w.mu.Unlock()

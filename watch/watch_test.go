@@ -39,6 +39,21 @@ func loadCounter(t testing.TB, f kernelprobe.Features) (*ebpf.CollectionSpec, *t
 	return spec, c
 }
 
+// checkCounts fails t unless each of the n functions of a generated target
+// was counted as often as times runs of it with calls make.
+func checkCounts(t *testing.T, c *testprogs.Counter, n, calls, times int) {
+	t.Helper()
+	counts, err := testprogs.ReadArray(c.Counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if want := uint64(times * testprogs.ExpectedCalls(i, calls)); counts[i] != want {
+			t.Errorf("%s: %d calls counted, want %d (%d runs)", testprogs.FuncName(i), counts[i], want, times)
+		}
+	}
+}
+
 // TestWatchContainers: processes that start after the watch, each running
 // its own copy of a program from a mount namespace of its own (as
 // containers of their own images would), are each attached once, before
@@ -125,15 +140,7 @@ func testWatchContainers(t *testing.T, f kernelprobe.Features) {
 	for _, p := range procs {
 		p.Finish(t)
 	}
-	counts, err := testprogs.ReadArray(c.Counts, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if want := uint64(copies * testprogs.ExpectedCalls(i, calls)); counts[i] != want {
-			t.Errorf("%s: %d calls counted over %d copies, want %d", testprogs.FuncName(i), counts[i], copies, want)
-		}
-	}
+	checkCounts(t, c, n, calls, copies)
 
 	// The copies are still there, so their uprobes wait for another
 	// process; deleted, they go.
@@ -336,13 +343,40 @@ func TestWatchSeed(t *testing.T) {
 	if out, err := exec.Command(link, fmt.Sprint(calls)).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", link, err, out)
 	}
-	counts, err := testprogs.ReadArray(c.Counts, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		if want := uint64(testprogs.ExpectedCalls(i, calls)); counts[i] != want {
-			t.Errorf("%s: %d calls counted, want %d", testprogs.FuncName(i), counts[i], want)
+	checkCounts(t, c, n, calls, 1)
+}
+
+// TestWatchPIDs: Options.Plan.PIDs filters every file's link: of two
+// processes running one file, only the one named is counted, on both
+// paths.
+func TestWatchPIDs(t *testing.T) {
+	eachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		const n, calls = 5, 3
+		target := filepath.Join(t.TempDir(), "filtered")
+		if err := os.Rename(testprogs.PrivateTarget(t, n), target); err != nil {
+			t.Fatal(err)
 		}
-	}
+		spec, c := loadCounter(t, f)
+		probes, err := multiprobe.ParseProbes("uprobe:filtered:func_*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := testprogs.Start(t, target, "-wait", fmt.Sprint(calls))
+		out := testprogs.Start(t, target, "-wait", fmt.Sprint(calls))
+		opts := multiprobe.Options{Features: &f, PIDs: []int{in.PID()}}
+		if err := multiprobe.PrepareSpec(spec, &opts); err != nil {
+			t.Fatal(err)
+		}
+		w, err := New(probes, spec, c.CountEntry, &Options{Plan: opts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if files := w.Files(); len(files) != 1 || files[0].Users != 2 {
+			t.Fatalf("files %+v, want one with two users", files)
+		}
+		in.Finish(t)
+		out.Finish(t)
+		checkCounts(t, c, n, calls, 1)
+	})
 }

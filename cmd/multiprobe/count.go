@@ -305,6 +305,12 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 			report.HitsDropped = d
 		}
 	}
+	return report.write(stdout, f, end)
+}
+
+// write writes the report, as JSON with --json; it returns the exit status
+// of end.
+func (report *countReport) write(stdout io.Writer, f *countFlags, end countEnd) error {
 	if f.trace.asJSON {
 		if err := writeJSON(stdout, report); err != nil {
 			return err

@@ -220,12 +220,5 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	if report.Files == nil {
 		report.Files = []string{}
 	}
-	if f.trace.asJSON {
-		if err := writeJSON(stdout, report); err != nil {
-			return err
-		}
-		return end.status()
-	}
-	report.writeText(stdout, f.profile.top)
-	return end.status()
+	return report.write(stdout, f, end)
 }

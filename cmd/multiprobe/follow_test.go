@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,29 +13,23 @@ import (
 	"time"
 
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/probetest"
 )
 
-// TestCountFollow: count with no command and no --pid follows every
-// process: copies of a program that start after it, each from a mount
-// namespace of its own, are attached as they appear (a line each with
-// --verbose), and their calls add up in one row per function.
-func TestCountFollow(t *testing.T) {
-	probetest.RequireBPF(t)
-	const n, copies, calls = 5, 3, 2
-	dir := t.TempDir()
-	target := filepath.Join(dir, "followed")
-	if err := os.Rename(testprogs.PrivateTarget(t, n), target); err != nil {
-		t.Fatal(err)
-	}
+// startCLI starts the CLI (this test binary, as execCLI runs it) with args
+// and returns it, what it prints on stdout, once it has exited, and its
+// stderr as it comes. It is killed when the test ends.
+func startCLI(t *testing.T, args ...string) (*exec.Cmd, *strings.Builder, io.Reader) {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "count", "--json", "-v", "--duration", "60", "uprobe:followed:func_*")
+	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), cliEnv+"=1")
-	var out strings.Builder
-	cmd.Stdout = &out
+	out := &strings.Builder{}
+	cmd.Stdout = out
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +37,25 @@ func TestCountFollow(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, out, stderr
+}
+
+// TestCountFollow: count with no command and no --pid follows every
+// process: copies of a program that start after it, each from a mount
+// namespace of its own, are attached as they appear (a line each with
+// --verbose), and their calls add up in one row per function.
+func TestCountFollow(t *testing.T) {
+	probetest.RequireBPF(t)
+	// A watch attaches raw tracepoints on sys_enter and sys_exit.
+	testutil.SkipOnMTTCG(t)
+	const n, copies, calls = 5, 3, 2
+	dir := t.TempDir()
+	target := filepath.Join(dir, "followed")
+	if err := os.Rename(testprogs.PrivateTarget(t, n), target); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, stderr := startCLI(t, "count", "--json", "-v", "--duration", "60", "uprobe:followed:func_*")
 	lines := make(chan string, 100)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -130,6 +143,8 @@ func TestMergeRows(t *testing.T) {
 // nap_3ms and nap_12ms, three calls each, in their slots.
 func TestLatencyFollow(t *testing.T) {
 	probetest.RequireBPF(t)
+	// A watch attaches raw tracepoints on sys_enter and sys_exit.
+	testutil.SkipOnMTTCG(t)
 	dir := t.TempDir()
 	napper := filepath.Join(dir, "napper")
 	data, err := os.ReadFile(testprogs.SleeperTarget(t))
@@ -139,22 +154,7 @@ func TestLatencyFollow(t *testing.T) {
 	if err := os.WriteFile(napper, data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "latency", "--json", "-v", "--duration", "60", "uprobe:"+napper+":nap_3ms,nap_12ms")
-	cmd.Env = append(os.Environ(), cliEnv+"=1")
-	var out strings.Builder
-	cmd.Stdout = &out
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
+	cmd, out, stderr := startCLI(t, "latency", "--json", "-v", "--duration", "60", "uprobe:"+napper+":nap_3ms,nap_12ms")
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() && !strings.HasPrefix(sc.Text(), "attached "+napper) {
 	}

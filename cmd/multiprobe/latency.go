@@ -149,6 +149,12 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
+	return writeLatencyReport(stdout, &tf, &report, end)
+}
+
+// writeLatencyReport keeps the --top rows of report and writes it, as
+// JSON with --json; it returns the exit status of end.
+func writeLatencyReport(stdout io.Writer, tf *traceFlags, report *latencyReport, end countEnd) error {
 	if tf.top > 0 && len(report.Latencies) > tf.top {
 		report.Omitted = len(report.Latencies) - tf.top
 		report.Latencies = report.Latencies[:tf.top]
@@ -159,7 +165,7 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 		}
 		return end.status()
 	}
-	writeLatency(stdout, &report)
+	writeLatency(stdout, report)
 	return end.status()
 }
 
@@ -242,18 +248,7 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	if report.Files == nil {
 		report.Files = []string{}
 	}
-	if tf.top > 0 && len(report.Latencies) > tf.top {
-		report.Omitted = len(report.Latencies) - tf.top
-		report.Latencies = report.Latencies[:tf.top]
-	}
-	if tf.asJSON {
-		if err := writeJSON(stdout, report); err != nil {
-			return err
-		}
-		return end.status()
-	}
-	writeLatency(stdout, &report)
-	return end.status()
+	return writeLatencyReport(stdout, tf, &report, end)
 }
 
 // latencyFn is a function over every file: its probe (target and
