@@ -46,7 +46,15 @@ func TestWatchChroots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const containers, calls, interval = 20, 300, 5 * time.Millisecond
+	const containers, calls = 20, 300
+	// Each container lives calls*interval: long enough for the watch to
+	// reach it before it exits, which an emulated guest, attaching the
+	// copies one after another, takes up to 2 s to (arm64 under
+	// single-threaded TCG).
+	interval := 5 * time.Millisecond
+	if testutil.InGuest() {
+		interval = 20 * time.Millisecond
+	}
 	prog := testprogs.MallocsTarget(t)
 	var roots []string
 	for range containers {
