@@ -15,9 +15,9 @@ import (
 // multiprobe command with its arguments.
 const cliEnv = "MULTIPROBE_CLI_MAIN"
 
-// execCLI runs the CLI as a user does: a process of its own with these
-// arguments, its exit status and its two outputs apart.
-func execCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+// cliCommand is the CLI with args as a command of its own: this test
+// binary, which TestMain runs as the CLI.
+func cliCommand(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -25,9 +25,17 @@ func execCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	return cmd
+}
+
+// execCLI runs the CLI as a user does: a process of its own with these
+// arguments, its exit status and its two outputs apart.
+func execCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := cliCommand(t, args...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):

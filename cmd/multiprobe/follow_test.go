@@ -22,12 +22,7 @@ import (
 // stderr as it comes. It is killed when the test ends.
 func startCLI(t *testing.T, args ...string) (*exec.Cmd, *strings.Builder, io.Reader) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), cliEnv+"=1")
+	cmd := cliCommand(t, args...)
 	out := &strings.Builder{}
 	cmd.Stdout = out
 	stderr, err := cmd.StderrPipe()
