@@ -3,6 +3,7 @@ package multiprobe
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -67,7 +68,14 @@ func (p Probe) String() string {
 // (/usr/bin/bash, /proc/1234/root/usr/lib/libssl.so.3) or a bare name
 // (libc.so.6, bash). A PATTERN is a glob ('*', '?', '[a-z]', '[!x]'); one
 // starting with '!' removes what it matches from the others' selection.
+//
+// A spec holds one probe: bpftrace's list of probes in one argument
+// ("uprobe:/bin/bash:xmalloc,uretprobe:/bin/bash:xfree") is an error here
+// that says so; ParseProbes reads it as two.
 func ParseProbe(spec string) (Probe, error) {
+	if list := splitList(spec); len(list) > 1 {
+		return Probe{}, fmt.Errorf("%w %q: %d probes in one spec: give each as a spec of its own (%q)", ErrBadSpec, spec, len(list), strings.Join(list, `" "`))
+	}
 	kind, rest, ok := strings.Cut(spec, ":")
 	if !ok {
 		return Probe{}, fmt.Errorf("%w %q: want uprobe:TARGET:PATTERN", ErrBadSpec, spec)
@@ -100,17 +108,44 @@ func ParseProbe(spec string) (Probe, error) {
 	return p, nil
 }
 
-// ParseProbes parses several specs, stopping at the first error.
+// ParseProbes parses several specs, stopping at the first error. A spec
+// that lists several probes, as bpftrace takes them in one argument
+// ("uprobe:/bin/bash:xmalloc,uretprobe:/bin/bash:xfree"), is read as that
+// many specs.
 func ParseProbes(specs ...string) ([]Probe, error) {
 	probes := make([]Probe, 0, len(specs))
 	for _, s := range specs {
-		p, err := ParseProbe(s)
-		if err != nil {
-			return nil, err
+		for _, one := range splitList(s) {
+			p, err := ParseProbe(one)
+			if err != nil {
+				return nil, err
+			}
+			probes = append(probes, p)
 		}
-		probes = append(probes, p)
 	}
 	return probes, nil
+}
+
+// probeKinds are the words a spec starts with, as ParseProbe reads them.
+var probeKinds = []string{"uprobe", "u", "uretprobe", "ur", "usdt", "U"}
+
+// splitList splits spec where a ',' is followed by another probe
+// ("...,uretprobe:..."): a pattern never holds a ':', so a ',' before a
+// kind and a ':' starts the next probe.
+func splitList(spec string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(spec); i++ {
+		if spec[i] != ',' {
+			continue
+		}
+		kind, _, ok := strings.Cut(spec[i+1:], ":")
+		if ok && slices.Contains(probeKinds, kind) {
+			out = append(out, spec[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, spec[start:])
 }
 
 func containsInclusion(patterns []string) bool {

@@ -3,6 +3,7 @@ package multiprobe
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +30,38 @@ func TestParseProbe(t *testing.T) {
 		}
 		if again, err := ParseProbe(got.String()); err != nil || again.String() != got.String() {
 			t.Errorf("round trip of %q: %v, %v", got.String(), again, err)
+		}
+	}
+}
+
+// TestParseProbesList: bpftrace's list of probes in one argument is that
+// many probes to ParseProbes, and an error naming them to ParseProbe.
+func TestParseProbesList(t *testing.T) {
+	tests := []struct {
+		spec string
+		want []string
+	}{
+		{"uprobe:/bin/bash:xmalloc,uretprobe:/bin/bash:xfree", []string{"uprobe:/bin/bash:xmalloc", "uretprobe:/bin/bash:xfree"}},
+		{"u:bash:a,b,ur:bash:c,usdt:/x:p:n", []string{"uprobe:bash:a,b", "uretprobe:bash:c", "usdt:/x:p:n"}},
+		{"uprobe:/bin/bash:u,uprobe_x", []string{"uprobe:/bin/bash:u,uprobe_x"}},
+	}
+	for _, tt := range tests {
+		probes, err := ParseProbes(tt.spec)
+		if err != nil {
+			t.Errorf("ParseProbes(%q): %v", tt.spec, err)
+			continue
+		}
+		var got []string
+		for _, p := range probes {
+			got = append(got, p.String())
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("ParseProbes(%q) = %q, want %q", tt.spec, got, tt.want)
+		}
+		if len(tt.want) > 1 {
+			if _, err := ParseProbe(tt.spec); !errors.Is(err, ErrBadSpec) || !strings.Contains(err.Error(), "spec of its own") {
+				t.Errorf("ParseProbe(%q) = %v, want ErrBadSpec saying to give each on its own", tt.spec, err)
+			}
 		}
 	}
 }

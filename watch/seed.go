@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -13,14 +14,37 @@ import (
 )
 
 // spellings returns the ways a process's maps may name what target means
-// in this root: target itself, and for a path, the file its symbolic links
-// lead to (/bin/bash is /usr/bin/bash where /bin links to usr/bin, and the
-// maps give the file's own path).
+// in this root. The maps name a file by its absolute path with its
+// symbolic links resolved, so a relative path is taken against the working
+// directory, as bpftrace and the mode with a command take it, and a path
+// also means the file its symbolic links lead to (/bin/bash is
+// /usr/bin/bash where /bin links to usr/bin); for a path glob, the links
+// of its directory. A bare name is matched by file name (matchTarget).
 func spellings(target string) []string {
 	out := []string{target}
-	if strings.Contains(target, "/") && !strings.ContainsAny(target, "*?[") {
-		if real, err := filepath.EvalSymlinks(target); err == nil && real != target {
-			out = append(out, real)
+	if !strings.Contains(target, "/") {
+		return out
+	}
+	add := func(p string) {
+		if p != "" && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	abs, err := filepath.Abs(target)
+	if err != nil {
+		return out
+	}
+	add(abs)
+	if !strings.ContainsAny(target, "*?[") {
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			add(real)
+		}
+		return out
+	}
+	dir, pattern := filepath.Split(abs)
+	if !strings.ContainsAny(dir, "*?[") {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			add(filepath.Join(real, pattern))
 		}
 	}
 	return out

@@ -1,7 +1,9 @@
 package watch
 
 import (
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,6 +32,43 @@ func TestMatchTarget(t *testing.T) {
 		if got := matchTarget(tc.target, tc.path); got != tc.want {
 			t.Errorf("matchTarget(%q, %q) = %v, want %v", tc.target, tc.path, got, tc.want)
 		}
+	}
+}
+
+// TestSpellings: a relative path is taken against the working directory,
+// and a path through a symbolic link (a directory's, or a path glob's
+// directory's) means the file it leads to, as a process's maps name it.
+func TestSpellings(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.MkdirAll(filepath.Join(real, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(real, "bin", "prog"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	file := filepath.Join(real, "bin", "prog")
+	for _, tc := range []struct {
+		target, path string
+	}{
+		{"./link/bin/prog", file},
+		{"link/bin/prog", file},
+		{"real/bin/prog", file},
+		{filepath.Join(dir, "link", "bin", "prog"), file},
+		{"./link/bin/p*", file},
+		{filepath.Join(dir, "link", "bin", "*"), file},
+	} {
+		sp := spellings(tc.target)
+		if !slices.ContainsFunc(sp, func(s string) bool { return matchTarget(s, tc.path) }) {
+			t.Errorf("spellings(%q) = %q: none matches %s", tc.target, sp, tc.path)
+		}
+	}
+	if sp := spellings("libc"); !slices.Equal(sp, []string{"libc"}) {
+		t.Errorf("spellings(libc) = %q, want the name alone", sp)
 	}
 }
 

@@ -317,7 +317,7 @@ func (report *countReport) write(stdout io.Writer, f *countFlags, end countEnd) 
 		}
 		return end.status()
 	}
-	report.writeText(stdout, f.profile.top)
+	report.writeText(stdout, f.profile.top, f.trace.verbose)
 	return end.status()
 }
 
@@ -396,7 +396,7 @@ func (c *counter) report(sites []multiprobe.Site, top int) (countReport, error) 
 }
 
 // writeText writes the report as count's table; profileTop is --lines.
-func (report *countReport) writeText(w io.Writer, profileTop int) {
+func (report *countReport) writeText(w io.Writer, profileTop int, verbose bool) {
 	if report.HitsDropped > 0 {
 		fmt.Fprintf(w, "%d hits did not fit in the ring buffer and were not printed\n", report.HitsDropped)
 	}
@@ -420,7 +420,7 @@ func (report *countReport) writeText(w io.Writer, profileTop int) {
 		report.Duration.Round(time.Millisecond), report.Path)
 	writeLeftOut(w, report.LeftOut)
 	if report.Files != nil {
-		fmt.Fprintf(w, "in %d %s, following every process (--verbose names them)\n", len(report.Files), plural(len(report.Files), "file", "files"))
+		fmt.Fprintf(w, "in %d %s, following every process%s\n", len(report.Files), plural(len(report.Files), "file", "files"), namesThem(verbose))
 	}
 	if s := report.Stats; s != nil {
 		fmt.Fprintf(w, "probe program: %d runs, %v in all, %v per run on average\n", s.Runs, s.Runtime, s.PerRunAvg)

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -40,6 +42,9 @@ type follower struct {
 	verbose io.Writer // nil unless --verbose
 	stderr  io.Writer
 	warned  bool
+	// skipped are the files that could not be attached, each said once
+	// (by path and reason): a file is tried again at each mapping.
+	skipped map[string]bool
 	// attached, if not nil, is told of each file attached, before its
 	// report is taken in.
 	attached func(watch.Report)
@@ -76,8 +81,12 @@ func (fl *follower) report(r watch.Report) {
 			fmt.Fprintf(fl.verbose, "attached %s (process %d): %d %s%s\n", r.Path, r.PID, len(r.Sites), plural(len(r.Sites), "site", "sites"), how)
 		}
 	case watch.Skipped:
-		if fl.verbose != nil {
-			fmt.Fprintf(fl.verbose, "skipped %s (process %d): %v\n", r.Path, r.PID, r.Err)
+		// Not only with --verbose: a file that matched and could not be
+		// attached is calls not counted.
+		key := r.Path + "\x00" + fmt.Sprint(r.Err)
+		if !fl.skipped[key] {
+			fl.skipped[key] = true
+			fmt.Fprintf(fl.stderr, "skipped %s (process %d): %v\n", r.Path, r.PID, r.Err)
 		}
 	case watch.Detached:
 		if fl.verbose != nil {
@@ -100,30 +109,50 @@ func (fl *follower) table() []multiprobe.Site {
 	return out
 }
 
-// checkTargets resolves the probes in this root, as count does for one
-// process, so that a bad pattern or a target that is no binary fails at
-// once; a target that is not here is no error: it may appear in a
-// container.
-func checkTargets(probes []multiprobe.Probe, opts *multiprobe.Options) error {
-	plan, err := multiprobe.Resolve(probes, opts)
-	if err == nil {
-		return plan.Close()
+// checkTargets resolves each probe in this root, as count does for one
+// process, so that a bad pattern, a path that names no file or a target
+// that is no binary fails at once. A bare name or a path glob that names
+// no file here is no error: a container may map one later, and stderr
+// says that count waits for it.
+func checkTargets(probes []multiprobe.Probe, opts *multiprobe.Options, stderr io.Writer) error {
+	for _, p := range probes {
+		plan, err := multiprobe.Resolve([]multiprobe.Probe{p}, opts)
+		if err == nil {
+			plan.Close()
+			continue
+		}
+		if !errors.Is(err, elfsym.ErrNotFound) {
+			return err
+		}
+		if strings.Contains(p.Target, "/") && !strings.ContainsAny(p.Target, "*?[") {
+			return fmt.Errorf("%w (a path names a file of this machine's; for a file of that name in any container, give the name alone: %s)",
+				err, multiprobe.Probe{Kind: p.Kind, Target: filepath.Base(p.Target), Patterns: p.Patterns})
+		}
+		fmt.Fprintf(stderr, "%s: no such file here yet; waiting for a process to map one\n", p)
 	}
-	if errors.Is(err, elfsym.ErrNotFound) {
-		return nil
-	}
-	return err
+	return nil
+}
+
+// followed is what a follow run saw, for its report.
+type followed struct {
+	end   countEnd
+	sites []multiprobe.Site // of every file attached, by cookie
+	files []string
+	// skipped is how many files matched and could not be attached.
+	skipped int
 }
 
 // follow counts through a watch until duration passes or SIGINT or
 // SIGTERM arrives, and returns the sites of every file attached meanwhile.
 // attached, if not nil, is told of each file attached, before count's
-// own bookkeeping.
-func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts multiprobe.Options, duration time.Duration, verbose bool, stderr io.Writer, attached func(watch.Report)) (end countEnd, sites []multiprobe.Site, files []string, err error) {
+// own bookkeeping. A signal ends a follow run as a duration does: it is
+// how one is ended, so the run's status is 0 (bpftrace's and funccount's
+// after Ctrl-C), and done's says whether anything was attached.
+func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts multiprobe.Options, duration time.Duration, verbose bool, stderr io.Writer, attached func(watch.Report)) (out followed, err error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached}
+	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached, skipped: map[string]bool{}}
 	if verbose {
 		fl.verbose = stderr
 	}
@@ -132,7 +161,7 @@ func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Pro
 	opts.Progress = nil
 	w, err := watch.New(probes, spec, prog, &watch.Options{Plan: opts, Report: fl.report})
 	if err != nil {
-		return end, nil, nil, err
+		return out, err
 	}
 	start := time.Now()
 	var deadline <-chan time.Time
@@ -143,17 +172,40 @@ func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Pro
 	}
 	select {
 	case <-deadline:
-	case end.signal = <-sigs:
-		fmt.Fprintf(stderr, "%v: detaching\n", end.signal)
+	case sig := <-sigs:
+		fmt.Fprintf(stderr, "%v: detaching\n", sig)
 	}
-	end.elapsed = time.Since(start)
+	out.end.elapsed = time.Since(start)
 	if err := w.Close(); err != nil {
-		return end, nil, nil, err
+		return out, err
 	}
 	fl.mu.Lock()
-	files = slices.Clone(fl.files)
+	out.files = slices.Clone(fl.files)
+	out.skipped = len(fl.skipped)
 	fl.mu.Unlock()
-	return end, fl.table(), files, nil
+	out.sites = fl.table()
+	return out, nil
+}
+
+// done is the status of a follow run whose report is written: an error
+// (after a line on stderr that says why) if nothing was attached, as the
+// zero it counted would otherwise look like a count.
+func (fw *followed) done(probes []multiprobe.Probe, stderr io.Writer) error {
+	if len(fw.files) > 0 {
+		return nil
+	}
+	var targets []string
+	for _, p := range probes {
+		if !slices.Contains(targets, p.Target) {
+			targets = append(targets, p.Target)
+		}
+	}
+	if fw.skipped > 0 {
+		fmt.Fprintf(stderr, "nothing attached: %d %s matched and could not be attached (see above)\n", fw.skipped, plural(fw.skipped, "file", "files"))
+	} else {
+		fmt.Fprintf(stderr, "nothing attached: no process mapped %s in %v\n", strings.Join(targets, " or "), fw.end.elapsed.Round(time.Millisecond))
+	}
+	return &exitStatus{code: 1}
 }
 
 // mergeRows adds up the rows of one kind and function: copies of a
@@ -185,7 +237,7 @@ func mergeRows(rows []countedSite) []countedSite {
 // runCountFollow is count with no command and no --pid: every process's
 // files that the probes' targets match, now and as they appear.
 func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout, stderr io.Writer) error {
-	if err := checkTargets(probes, tr.opts); err != nil {
+	if err := checkTargets(probes, tr.opts, stderr); err != nil {
 		return err
 	}
 	spec, err := loadCount()
@@ -202,11 +254,11 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	}
 	defer coll.Close()
 	c := &counter{counts: coll.Maps["counts"], prog: coll.Programs["count_call"]}
-	end, sites, files, err := follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration), f.trace.verbose, stderr, nil)
+	fw, err := follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration), f.trace.verbose, stderr, nil)
 	if err != nil {
 		return err
 	}
-	report, err := c.report(sites, 0)
+	report, err := c.report(fw.sites, 0)
 	if err != nil {
 		return err
 	}
@@ -215,10 +267,22 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 		report.Omitted = len(report.Counts) - top
 		report.Counts = report.Counts[:top]
 	}
-	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), end.elapsed
-	report.Files = files
+	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), fw.end.elapsed
+	report.Files = fw.files
 	if report.Files == nil {
 		report.Files = []string{}
 	}
-	return report.write(stdout, f, end)
+	if err := report.write(stdout, f, fw.end); err != nil {
+		return err
+	}
+	return fw.done(probes, stderr)
+}
+
+// namesThem is the hint after a follow run's count of files, where -v did
+// not name them already.
+func namesThem(verbose bool) string {
+	if verbose {
+		return ""
+	}
+	return " (--verbose names them)"
 }

@@ -89,8 +89,8 @@ func TestCountFollow(t *testing.T) {
 	for l := range lines {
 		said = append(said, l)
 	}
-	if err := cmd.Wait(); err == nil || cmd.ProcessState.ExitCode() != 130 {
-		t.Errorf("count after SIGINT: %v, want exit status 130", err)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("count after SIGINT: %v, want exit status 0 (Ctrl-C is how a follow run ends)", err)
 	}
 	var r countReport
 	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {

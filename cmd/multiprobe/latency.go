@@ -165,7 +165,7 @@ func writeLatencyReport(stdout io.Writer, tf *traceFlags, report *latencyReport,
 		}
 		return end.status()
 	}
-	writeLatency(stdout, report)
+	writeLatency(stdout, report, tf.verbose)
 	return end.status()
 }
 
@@ -203,7 +203,7 @@ const followFuncs = 1 << 14
 // leave Go programs out). A function of one name and probe is one row
 // over every file.
 func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, stdout, stderr io.Writer) error {
-	if err := checkTargets(probes, tr.opts); err != nil {
+	if err := checkTargets(probes, tr.opts, stderr); err != nil {
 		return err
 	}
 	if err := knownRegisters("latency"); err != nil {
@@ -235,20 +235,23 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	defer coll.Close()
 	lt := &latencyTimer{coll: coll, prog: coll.Programs["latency_pair"]}
 	fill := &latencyFill{lt: lt, fn: map[latencyFn]uint32{}}
-	end, _, files, err := follow(pairs, spec, lt.prog, *tr.opts, time.Duration(tf.duration), tf.verbose, stderr, fill.attached)
+	fw, err := follow(pairs, spec, lt.prog, *tr.opts, time.Duration(tf.duration), tf.verbose, stderr, fill.attached)
 	if err != nil {
 		return err
 	}
-	report, err := lt.report(end.elapsed)
+	report, err := lt.report(fw.end.elapsed)
 	if err != nil {
 		return err
 	}
 	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
-	report.Files = files
+	report.Files = fw.files
 	if report.Files == nil {
 		report.Files = []string{}
 	}
-	return writeLatencyReport(stdout, tf, &report, end)
+	if err := writeLatencyReport(stdout, tf, &report, fw.end); err != nil {
+		return err
+	}
+	return fw.done(probes, stderr)
 }
 
 // latencyFn is a function over every file: its probe (target and
@@ -483,7 +486,7 @@ const histWidth = 40
 
 // writeLatency draws the report's histograms, as bcc's funclatency does,
 // with the bounds in the unit that suits them.
-func writeLatency(w io.Writer, r *latencyReport) {
+func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 	for _, f := range r.Latencies {
 		fmt.Fprintf(w, "%s  %d %s, avg %s, total %s\n", f.Function, f.Calls, plural(int(min(f.Calls, 2)), "call", "calls"),
 			shortDuration(f.AvgNS), shortDuration(f.TotalNS))
@@ -509,7 +512,7 @@ func writeLatency(w io.Writer, r *latencyReport) {
 	fmt.Fprintf(w, "%d of %d %s called in %v (%s, %s)\n", r.Called, r.Functions, plural(r.Functions, "function", "functions"),
 		r.Duration.Round(time.Millisecond), r.Path, r.Mode)
 	if r.Files != nil {
-		fmt.Fprintf(w, "in %d %s, following every process (--verbose names them)\n", len(r.Files), plural(len(r.Files), "file", "files"))
+		fmt.Fprintf(w, "in %d %s, following every process%s\n", len(r.Files), plural(len(r.Files), "file", "files"), namesThem(verbose))
 	}
 	if r.Unmatched > 0 {
 		fmt.Fprintf(w, "%d %s not timed: %s entry was not seen (a call already running at attach)\n",

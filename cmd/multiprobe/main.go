@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"runtime/debug"
 	"sort"
 	"strings"
 
@@ -65,6 +66,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// "help COMMAND" is "COMMAND --help".
 		args = []string{args[1], "--help"}
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintln(stdout, version())
+		return 0
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(stderr, "multiprobe: unknown command %q (try: multiprobe help)\n", args[0])
@@ -95,6 +100,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// version is what --version prints: the module's version as the Go tool
+// stamped it (a tag for "go install ...@v1.2.3", "(devel)" for a build in
+// the repository) with the commit it was built from, and the Go release.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "multiprobe (no build information)"
+	}
+	v := "multiprobe " + bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	if rev != "" {
+		v += fmt.Sprintf(" (commit %.12s%s)", rev, modified)
+	}
+	return v + ", " + bi.GoVersion
+}
+
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "usage: multiprobe COMMAND [ARGS]")
 	fmt.Fprintln(w)
@@ -113,7 +144,8 @@ func printUsage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "A probe is a spec as bpftrace writes one: uprobe:BINARY:FUNCTIONS,")
 	fmt.Fprintln(w, "uretprobe:BINARY:FUNCTIONS or usdt:BINARY:PROVIDER:NAME, with globs.")
-	fmt.Fprintln(w, "'multiprobe help COMMAND' (or COMMAND --help) says more about one.")
+	fmt.Fprintln(w, "'multiprobe help COMMAND' (or COMMAND --help) says more about one;")
+	fmt.Fprintln(w, "'multiprobe --version' says which multiprobe this is.")
 }
 
 // printHelp writes a command's help: usage, what it does, flags, examples.
