@@ -25,6 +25,8 @@ type fileKey struct {
 	ino          uint64
 }
 
+func (k fileKey) id() FileID { return FileID{Major: k.major, Minor: k.minor, Inode: k.ino} }
+
 // tracked is a file that matches the watch's targets, and the processes
 // that map it.
 type tracked struct {

@@ -78,6 +78,13 @@ type Report struct {
 	// mount namespace; PID is that process.
 	Path string
 	PID  int
+	// HostPath is the file as this process reaches it (through the
+	// mapping process's root, /proc/PID/root/..., where that is not this
+	// one), and File is the file the kernel maps, where its uprobes go:
+	// two copies of one path in two containers differ there. Both are
+	// empty for a file taken back from a pin that no process mapped yet.
+	HostPath string
+	File     FileID
 	// Sites are the file's sites (Attached), with their cookies; each
 	// site's Probe is the probe as given to New, its Target as given.
 	Sites []multiprobe.Site
@@ -88,6 +95,15 @@ type Report struct {
 	// Err is why the file was skipped, or what went wrong detaching it.
 	Err error
 }
+
+// FileID is a file as the kernel knows it: its device and inode.
+type FileID struct {
+	Major, Minor uint32
+	Inode        uint64
+}
+
+// String writes the file as /proc/PID/maps does: "fe:00 1234".
+func (id FileID) String() string { return fmt.Sprintf("%02x:%02x %d", id.Major, id.Minor, id.Inode) }
 
 // A Watch attaches a program to the sites of probe specs in every file
 // that matches their targets, in any process and mount namespace, as the
@@ -296,11 +312,11 @@ func (w *Watch) appeared(f *tracked, pid int) {
 	a, err := w.attach(f)
 	if err != nil {
 		w.tr.forget(f) // tried again when mapped again
-		w.report(Report{What: Skipped, Path: f.path, PID: pid, Err: err})
+		w.report(Report{What: Skipped, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Err: err})
 		return
 	}
 	w.files[f.key] = a
-	w.report(Report{What: Attached, Path: f.path, PID: pid, Sites: w.sites(a), Reused: a.reused})
+	w.report(Report{What: Attached, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Sites: w.sites(a), Reused: a.reused})
 }
 
 func (w *Watch) attach(f *tracked) (_ *attached, err error) {
@@ -489,7 +505,7 @@ func (w *Watch) detach(a *attached) {
 	w.closing.Add(1)
 	go func() {
 		defer w.closing.Done()
-		w.report(Report{What: Detached, Path: f.path, Err: errors.Join(unpinned, a.close())})
+		w.report(Report{What: Detached, Path: f.path, HostPath: f.hostPath, File: f.key.id(), Err: errors.Join(unpinned, a.close())})
 	}()
 }
 

@@ -490,7 +490,7 @@ func (e countEnd) status() error {
 // outlives it: at the deadline or on a signal it is ended (SIGTERM, then
 // SIGKILL after a grace period), and its Pdeathsig ends it if multiprobe
 // itself is killed. The probes are detached before it returns.
-func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand, pid int, duration time.Duration, profiling *profileFlags, stderr io.Writer) (end countEnd, err error) {
+func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand, pid int, duration time.Duration, profiling *profileFlags, verbose bool, stderr io.Writer) (end countEnd, err error) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
@@ -499,6 +499,9 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		return end, err
 	}
 	defer l.Close()
+	if verbose {
+		sayAttached(stderr, l.Sites())
+	}
 	var prof *runningProfile
 	if profiling != nil {
 		// The link's copies of the program run in its place, where
@@ -560,6 +563,33 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		}
 	}
 	return end, nil
+}
+
+// sayAttached writes, for -v, a line per file of sites: its path, its
+// device and inode (what the kernel probes, and what tells two copies of
+// a path apart), and how many sites it has.
+func sayAttached(w io.Writer, sites []multiprobe.Site) {
+	var paths []string
+	n := map[string]int{}
+	for _, s := range sites {
+		if n[s.Path] == 0 {
+			paths = append(paths, s.Path)
+		}
+		n[s.Path]++
+	}
+	for _, p := range paths {
+		fmt.Fprintf(w, "attached %s (%s): %d %s\n", p, fileID(p), n[p], plural(n[p], "site", "sites"))
+	}
+}
+
+// fileID names the file at path by device and inode, as a process's maps
+// do: "dev 254:1 inode 1234".
+func fileID(path string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "not there: " + err.Error()
+	}
+	return fmt.Sprintf("dev %d:%d inode %d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 }
 
 // processExit returns a channel that receives when process pid exits:

@@ -78,7 +78,7 @@ func (fl *follower) report(r watch.Report) {
 			if r.Reused {
 				how = ", a copy of a build attached already"
 			}
-			fmt.Fprintf(fl.verbose, "attached %s (process %d): %d %s%s\n", r.Path, r.PID, len(r.Sites), plural(len(r.Sites), "site", "sites"), how)
+			fmt.Fprintf(fl.verbose, "attached %s (process %d, %s): %d %s%s\n", r.Path, r.PID, where(r), len(r.Sites), plural(len(r.Sites), "site", "sites"), how)
 		}
 	case watch.Skipped:
 		// Not only with --verbose: a file that matched and could not be
@@ -86,13 +86,36 @@ func (fl *follower) report(r watch.Report) {
 		key := r.Path + "\x00" + fmt.Sprint(r.Err)
 		if !fl.skipped[key] {
 			fl.skipped[key] = true
-			fmt.Fprintf(fl.stderr, "skipped %s (process %d): %v\n", r.Path, r.PID, r.Err)
+			fmt.Fprintf(fl.stderr, "skipped %s (process %d, %s): %v\n", r.Path, r.PID, where(r), r.Err)
 		}
 	case watch.Detached:
 		if fl.verbose != nil {
-			fmt.Fprintf(fl.verbose, "detached %s\n", r.Path)
+			fmt.Fprintf(fl.verbose, "detached %s (%s)\n", r.Path, where(r))
 		}
 	}
+}
+
+// where says which file a report is of: its device and inode, and the
+// root the process that mapped it sees it in ("/" for this one's).
+func where(r watch.Report) string {
+	root := "/"
+	if r.HostPath != r.Path && strings.HasSuffix(r.HostPath, r.Path) {
+		// A process of this root is reached through /proc/PID/root too.
+		if other := strings.TrimSuffix(r.HostPath, r.Path); !sameFile(other, "/") {
+			root = other
+		}
+	}
+	return fmt.Sprintf("dev %d:%d inode %d, root %s", r.File.Major, r.File.Minor, r.File.Inode, root)
+}
+
+// sameFile reports whether a and b are one file (or directory).
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // table returns the sites seen, by cookie, in cookie order.

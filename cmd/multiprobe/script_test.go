@@ -4,8 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -67,6 +69,11 @@ func scriptParams(dir string) testscript.Params {
 			env.Setenv("HOME", env.WorkDir)
 			return nil
 		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"waitfile":  waitFile,
+			"waitmatch": waitMatch,
+			"envfile":   envFile,
+		},
 		Condition: func(cond string) (bool, error) {
 			switch cond {
 			case "root":
@@ -75,4 +82,53 @@ func scriptParams(dir string) testscript.Params {
 			return false, nil
 		},
 	}
+}
+
+// scriptWait is how long waitfile and waitmatch wait.
+const scriptWait = 30 * time.Second
+
+// waitFile is the scripts' "waitfile FILE": it waits for FILE to exist
+// (a target started in the background writes it when it is ready).
+func waitFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: waitfile FILE")
+	}
+	for deadline := time.Now().Add(scriptWait); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(ts.MkAbs(args[0])); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s did not appear in %v", args[0], scriptWait)
+		}
+	}
+}
+
+// waitMatch is the scripts' "waitmatch FILE REGEXP": it waits for a line
+// of FILE to match (a command in the background writes its stderr there,
+// and says when it has attached).
+func waitMatch(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: waitmatch FILE REGEXP")
+	}
+	re, err := regexp.Compile("(?m)" + args[1])
+	ts.Check(err)
+	var b []byte
+	for deadline := time.Now().Add(scriptWait); ; time.Sleep(10 * time.Millisecond) {
+		b, _ = os.ReadFile(ts.MkAbs(args[0]))
+		if re.Match(b) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("no line of %s matched %q in %v; it holds:\n%s", args[0], args[1], scriptWait, b)
+		}
+	}
+}
+
+// envFile is the scripts' "envfile VAR FILE": VAR is set to what FILE
+// holds, without its trailing white space (a pid, say).
+func envFile(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: envfile VAR FILE")
+	}
+	ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile(args[1])))
 }

@@ -33,7 +33,7 @@ func (f *traceFlags) register(fs *flag.FlagSet, rows string) {
 	fs.Var(&f.duration, "duration", "trace for this long: `D` as 10s, 1m30s or 2.5 (seconds) (default: until the command exits, or Ctrl-C)")
 	fs.IntVar(&f.top, "top", 0, "show only the first `N` "+rows)
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout; the command after \"--\" then writes its stdout to stderr")
-	fs.BoolVar(&f.verbose, "verbose", false, "with no command and no --pid (following every process), print a line to stderr for each file attached, skipped or detached")
+	fs.BoolVar(&f.verbose, "verbose", false, "print a line to stderr for each file attached (its device and inode), and when following every process, skipped or detached")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
 }
 
@@ -54,9 +54,6 @@ func (f *traceFlags) check(specs, command []string) error {
 	}
 	if command != nil && len(command) == 0 {
 		return usagef(`"--" with no command after it`)
-	}
-	if f.verbose && !f.following(command) {
-		return usagef("--verbose says which files are followed, which happens with no command and no --pid")
 	}
 	return nil
 }
@@ -98,7 +95,7 @@ func newTracer(f *traceFlags, command []string, rawStdout, rawStderr, stdout, st
 // the --pid process exits, --duration passes, or a signal arrives; see
 // countUntil.
 func (t *tracer) run(plan *multiprobe.Plan, prog *ebpf.Program, stderr io.Writer) (countEnd, error) {
-	return countUntil(plan, prog, t.child, t.opts.PID, time.Duration(t.flags.duration), t.flags.profiling, stderr)
+	return countUntil(plan, prog, t.child, t.opts.PID, time.Duration(t.flags.duration), t.flags.profiling, t.flags.verbose, stderr)
 }
 
 // close kills the command if it is still there: it never outlives
