@@ -18,6 +18,7 @@ import (
 	"github.com/multiprobe/multiprobe/load"
 	"github.com/multiprobe/multiprobe/pidfilter"
 	"github.com/multiprobe/multiprobe/usdt"
+	"golang.org/x/sys/unix"
 )
 
 // A Link is a program attached to the sites of a plan. It owns what it
@@ -47,6 +48,7 @@ type Link struct {
 	filtered *ebpf.Program
 	cloneFDs int           // held by the copies: each program, and its BTF
 	specIDs  *usdt.SpecIDs // the USDT sites' argument spec ids
+	leftOut  []Site        // sites the kernel refused (see LeftOut)
 
 	// The rest is for pinning (see Pin): where l is pinned, "" if it is
 	// not; and for a Link taken back from there, its manifest, and what
@@ -166,19 +168,32 @@ func (l *Link) attachUnit(pl *Plan, prog *ebpf.Program, maps progMaps, kind Kind
 	}
 	u := &unit{kind: kind, gen: gen, files: pl.fileIDs(targets)}
 	if l.path == kernelprobe.PathUprobeMulti {
-		u.multi, err = attach.UprobeMulti(single, targets, &attach.Options{
-			Return:   kind == Return,
-			Session:  pl.opts.Session,
-			PID:      l.kernelPID,
-			Features: &pl.features,
-		})
+		ao := &attach.Options{
+			Return:          kind == Return,
+			Session:         pl.opts.Session,
+			PID:             l.kernelPID,
+			Features:        &pl.features,
+			LeaveOutRefused: true,
+		}
+		u.multi, err = attach.UprobeMulti(single, targets, ao)
+		var errno unix.Errno
+		if err != nil && errors.As(err, &errno) && target.Refusable(errno) {
+			// The kernel refused every site, or more than it leaves out:
+			// again with the sites named (which this path skips for its
+			// speed), so that the error says which functions.
+			pl.name(targets)
+			u.multi, err = attach.UprobeMulti(single, targets, ao)
+		}
 		if err != nil {
 			return nil, pl.refusal(err)
+		}
+		if err := l.leaveOut(pl, kind, targets, u.multi.Refused()); err != nil {
+			return nil, errors.Join(err, u.close())
 		}
 		return u, nil
 	}
 	pl.name(targets)
-	fo := &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite}
+	fo := &fallback.Options{Return: kind == Return, Features: &pl.features, Programs: perSite, LeaveOutRefused: true}
 	if fn := pl.opts.Progress; fn != nil {
 		path := ""
 		if len(targets) == 1 {
@@ -191,8 +206,73 @@ func (l *Link) attachUnit(pl *Plan, prog *ebpf.Program, maps progMaps, kind Kind
 	if u.perSite, err = fallback.Uprobes(single, targets, fo); err != nil {
 		return nil, pl.refusal(err)
 	}
+	if err := l.leaveOut(pl, kind, targets, u.perSite.Refused()); err != nil {
+		return nil, errors.Join(err, u.close())
+	}
 	return u, nil
 }
+
+// leaveOut takes in the sites of kind that the kernel refused as it
+// attached targets, for a reason of the site's own (another tracer's
+// uprobe there with another ref-counter offset, an instruction it will
+// not probe that Resolve's check let through): a site that a glob
+// selected is left out, into l.leftOut, and the rest of its file stays
+// attached; a site that a probe names exactly is an error, which names
+// it and the cause.
+func (l *Link) leaveOut(pl *Plan, kind Kind, targets []target.Target, refused []target.Refusal) error {
+	if len(refused) == 0 {
+		return nil
+	}
+	sites := pl.siteTable()
+	at := map[*os.File]map[uint64]int{} // a file's sites of kind, by offset
+	for i, r := range pl.rows {
+		pp := &pl.probes[r.probe]
+		if pp.attachAs() != kind {
+			continue
+		}
+		m := at[pp.file.f]
+		if m == nil {
+			m = map[uint64]int{}
+			at[pp.file.f] = m
+		}
+		s := &sites[i]
+		m[s.Offset] = i
+		for _, off := range s.Returns {
+			m[off] = i
+		}
+	}
+	seen := map[int]bool{}
+	for _, rf := range refused {
+		i, ok := at[targets[rf.Target].File][rf.Offset]
+		if !ok {
+			return fmt.Errorf("multiprobe: %w (a site of no probe of the plan)", rf.Err)
+		}
+		if seen[i] {
+			continue
+		}
+		seen[i] = true
+		for _, r := range append([]row{pl.rows[i]}, pl.merged[int32(i)]...) {
+			if pl.probes[r.probe].probe.namesExactly(sites[i].Name) {
+				return fmt.Errorf("multiprobe: %s in %s, which %s names: %w", sites[i].Name, sites[i].Path, pl.probes[r.probe].probe, rf.Err)
+			}
+		}
+		s := sites[i]
+		s.LeftOut = rf.Err
+		l.leftOut = append(l.leftOut, s)
+	}
+	return nil
+}
+
+// LeftOut returns the sites of the plan that the kernel refused when l
+// was attached, for a reason of the site's own, and that l left out, each
+// with its LeftOut reason, which names the site and the kernel's errno: a
+// site where another tracer holds a uprobe with another ref-counter
+// offset (EINVAL), or at an instruction the kernel will not probe though
+// Resolve's check let it through (ENOTSUPP, ENOEXEC; kernelprobe.
+// ErrUnprobeable). Their cookies count nothing. A site that a probe names
+// exactly is never left out: Attach fails instead. Plan.LeftOut lists
+// what Resolve left out before.
+func (l *Link) LeftOut() []Site { return cloneSites(l.leftOut) }
 
 // name fills in the names of uprobe sites for the perf-event path's
 // messages, where attaching a site costs far more than naming it.

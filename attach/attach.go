@@ -58,6 +58,13 @@ type Target = target.Target
 // Targets is the set of targets of one attach call.
 type Targets = target.Targets
 
+// Refusal is a site the kernel refused, which a Link made with
+// Options.LeaveOutRefused left out; package fallback reports the same.
+type Refusal = target.Refusal
+
+// MaxRefusals is how many refused sites one call leaves out at most.
+const MaxRefusals = target.MaxRefusals
+
 // Options change how UprobeMulti attaches. The zero value, like a nil
 // *Options, attaches entry probes for all processes with the detected
 // kernel features.
@@ -75,6 +82,14 @@ type Options struct {
 	PID int
 	// Features, if not nil, is used instead of kernelprobe.Detect().
 	Features *kernelprobe.Features
+	// LeaveOutRefused attaches the other sites when the kernel refuses
+	// some for reasons of their own (EINVAL for another
+	// tracer's uprobe at the offset with another ref-counter offset,
+	// ENOTSUPP or ENOEXEC for an instruction it will not probe), up to MaxRefusals of them;
+	// Link.Refused says which and why. Without it, or past that many, a
+	// refused site fails the whole call, naming it. Either way a link
+	// has at least one site.
+	LeaveOutRefused bool
 }
 
 // Link is a set of uprobe_multi links made by one call of UprobeMulti: one
@@ -89,8 +104,14 @@ type Link struct {
 	links   []link.Link // one per kernel link, cilium/ebpf's uprobe_multi type; nil after Close
 	ids     []link.ID   // their kernel IDs, for Close to wait on
 	spans   []span      // the sites each kernel link covers
+	refused []target.Refusal
 	closed  bool
 }
+
+// Refused returns the sites the kernel refused and the link left out
+// (Options.LeaveOutRefused), in the order of the targets and their sites;
+// Target and Site index the targets as given to UprobeMulti.
+func (l *Link) Refused() []Refusal { return slices.Clone(l.refused) }
 
 type span struct {
 	target, first, end int // sites targets[target].Offsets[first:end]
@@ -166,40 +187,83 @@ func UprobeMulti(prog *ebpf.Program, targets []Target, opts *Options) (*Link, er
 		return nil, err
 	}
 
-	l := &Link{targets: ts}
+	l := &Link{}
 	for ti := range ts {
-		t := &ts[ti]
-		for first := 0; first < len(t.Offsets); first += sitesPerLink {
-			end := min(first+sitesPerLink, len(t.Offsets))
-			req := bpfsys.UprobeMulti{
-				ProgFD:     prog.FD(),
-				AttachType: uint32(attachType),
-				Path:       t.KernelPath(),
-				Offsets:    t.Offsets[first:end],
-				Cookies:    t.Cookies[first:end],
-				Flags:      flags,
-				PID:        uint32(opts.PID),
-			}
-			if t.RefCtrOffsets != nil {
-				req.RefCtrOffsets = t.RefCtrOffsets[first:end]
-			}
+		t := ts[ti]
+		// A site left out shifts the sites after it: orig maps t's site
+		// index back to the caller's.
+		left := 0
+		for first, end := 0, 0; first < len(t.Offsets); first = end {
+			end = min(first+sitesPerLink, len(t.Offsets))
+			req := newRequest(prog, attachType, flags, opts.PID, &t, first, end)
 			fd, errno := bpfsys.LinkCreateUprobeMulti(req)
-			if errno != 0 {
-				err := explain(errno, kind, t, target.Of(ti, len(ts)), first, end, opts.PID)
-				if errno == errENOTSUPP || errno == unix.ENOEXEC {
-					err = fmt.Errorf("%w%s", err, nameRefused(req, t, first))
+			if errno != 0 && target.Refusable(errno) && opts.LeaveOutRefused {
+				// Find the sites refused and try again without
+				// them; isolate says !ok where that is not what the
+				// kernel refuses (too many sites, or none alone).
+				if refused, ok := isolate(req, target.MaxRefusals-len(l.refused)); ok {
+					for _, r := range refused {
+						j := first + r.at
+						l.refused = append(l.refused, target.Refusal{
+							Target: ti, Site: j + left, Offset: t.Offsets[j], Err: target.Why(r.errno, &t, j),
+						})
+					}
+					drop := make([]int, len(refused))
+					for i, r := range refused {
+						drop[i] = first + r.at
+					}
+					t = t.Without(drop)
+					left += len(drop)
+					end -= len(drop)
+					if first == end {
+						continue
+					}
+					req = newRequest(prog, attachType, flags, opts.PID, &t, first, end)
+					fd, errno = bpfsys.LinkCreateUprobeMulti(req)
 				}
+			}
+			if errno != 0 {
+				err := explain(errno, kind, &t, target.Of(ti, len(ts)), first, end, opts.PID)
+				if errno == errENOTSUPP || errno == unix.ENOEXEC {
+					err = fmt.Errorf("%w%s", err, nameRefused(req, &t, first))
+				}
+				l.targets = append(l.targets, t) // for Close's messages
 				if cerr := l.Close(); cerr != nil {
 					err = errors.Join(err, fmt.Errorf("attach: closing the links already made: %w", cerr))
 				}
 				return nil, err
 			}
-			if err := l.add(fd, span{ti, first, end}); err != nil {
+			if err := l.add(fd, span{len(l.targets), first, end}); err != nil {
+				l.targets = append(l.targets, t)
 				return nil, errors.Join(fmt.Errorf("attach: %s link for %s: %w", kind, t.Path, err), l.Close())
 			}
 		}
+		if len(t.Offsets) > 0 {
+			l.targets = append(l.targets, t)
+		}
+	}
+	if len(l.targets) == 0 {
+		// Every site was refused: nothing is attached, which is no link.
+		return nil, fmt.Errorf("attach: %s link: the kernel refused every site: %w", kind, target.JoinRefusals(targets, l.refused))
 	}
 	return l, nil
+}
+
+// newRequest is the uprobe_multi link of t's sites first to end.
+func newRequest(prog *ebpf.Program, attachType ebpf.AttachType, flags uint32, pid int, t *Target, first, end int) bpfsys.UprobeMulti {
+	req := bpfsys.UprobeMulti{
+		ProgFD:     prog.FD(),
+		AttachType: uint32(attachType),
+		Path:       t.KernelPath(),
+		Offsets:    t.Offsets[first:end],
+		Cookies:    t.Cookies[first:end],
+		Flags:      flags,
+		PID:        uint32(pid),
+	}
+	if t.RefCtrOffsets != nil {
+		req.RefCtrOffsets = t.RefCtrOffsets[first:end]
+	}
+	return req
 }
 
 // checkProgram asks the kernel for a link on "/" with prog. The kernel
@@ -232,31 +296,35 @@ func checkProgram(prog *ebpf.Program, at ebpf.AttachType, kind string) error {
 }
 
 // errENOTSUPP is the kernel's internal ENOTSUPP (524), which uprobe
-// registration returns for an instruction it cannot probe; x/sys/unix has
-// no name for it.
-const errENOTSUPP = unix.Errno(524)
+// registration returns for an instruction it cannot probe.
+const errENOTSUPP = target.ErrnoENOTSUPP
 
-// nameRefused finds which of req's sites the kernel refuses, by halving
-// them into links of a program that does nothing, each closed at once,
-// and names them ("; refused: #12 (offset 0x8ff70), ..."): the failed link
-// said only that one was. first is the index of req's first site in its
-// target. The sites that multiprobe resolves were checked with
-// kernelprobe.CheckInsn, so a site found here is one it did not predict,
-// or the file changed since.
-func nameRefused(req bpfsys.UprobeMulti, t *Target, first int) string {
+// refusedSite is a site of a request that the kernel refuses on its own:
+// its index in the request, and the errno.
+type refusedSite struct {
+	at    int
+	errno unix.Errno
+}
+
+// isolate finds which of req's sites the kernel refuses, by halving them
+// into links of a program that does nothing, each closed at once: the
+// failed link said only that one was. It gives up (ok false) past max
+// sites, or when no site fails alone, which means the kernel refuses
+// something else. A site with one refusal costs about 2·log2(n) attempts.
+func isolate(req bpfsys.UprobeMulti, max int) (found []refusedSite, ok bool) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Type: ebpf.Kprobe, AttachType: ebpf.AttachType(req.AttachType), License: "GPL",
 		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
 	})
 	if err != nil {
-		return ""
+		return nil, false
 	}
 	defer prog.Close()
 	req.ProgFD = prog.FD()
-	var found []string
+	over := false
 	var halve func(lo, hi int)
 	halve = func(lo, hi int) {
-		if len(found) >= 10 {
+		if over {
 			return
 		}
 		r := req
@@ -269,9 +337,13 @@ func nameRefused(req bpfsys.UprobeMulti, t *Target, first int) string {
 		switch {
 		case errno == 0:
 			unix.Close(fd)
-		case errno != errENOTSUPP && errno != unix.ENOEXEC:
+		case !target.Refusable(errno):
 		case hi-lo == 1:
-			found = append(found, target.SiteName(t, first+lo))
+			if len(found) == max {
+				over = true
+				return
+			}
+			found = append(found, refusedSite{lo, errno})
 		default:
 			mid := (lo + hi) / 2
 			halve(lo, mid)
@@ -279,10 +351,24 @@ func nameRefused(req bpfsys.UprobeMulti, t *Target, first int) string {
 		}
 	}
 	halve(0, len(req.Offsets))
+	return found, !over && len(found) > 0
+}
+
+// nameRefused names the sites of req that the kernel refuses ("; refused:
+// #12 (offset 0x8ff70), ..."), the first ten, for an error. first is the
+// index of req's first site in its target. The sites that multiprobe
+// resolves were checked with kernelprobe.CheckInsn, so a site found here
+// is one it did not predict, or the file changed since.
+func nameRefused(req bpfsys.UprobeMulti, t *Target, first int) string {
+	found, _ := isolate(req, 10)
 	if len(found) == 0 {
 		return ""
 	}
-	return "; refused: " + strings.Join(found, ", ")
+	names := make([]string, len(found))
+	for i, r := range found {
+		names[i] = target.SiteName(t, first+r.at)
+	}
+	return "; refused: " + strings.Join(names, ", ")
 }
 
 // explain turns the kernel's errno for a failed link into an error that

@@ -656,3 +656,88 @@ func TestLoadPinned(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaveOutRefused: with LeaveOutRefused, the sites another tracer
+// holds with another ref-counter offset (two in one kernel link of 7, one
+// alone in another target) are left out, named by the caller's indexes,
+// and every other site is attached and counted; a target whose only site
+// is refused is left out whole. Without the option the call fails and
+// leaves nothing.
+func TestLeaveOutRefused(t *testing.T) {
+	const n, calls = 30, 2
+	path, offsets, c := setup(t, n)
+	other := testprogs.PrivateCopy(t, path)
+	defer func(old int) { sitesPerLink = old }(sitesPerLink)
+	sitesPerLink = 7
+	for _, at := range []struct {
+		path string
+		off  uint64
+	}{{path, offsets[10]}, {path, offsets[12]}, {other, offsets[3]}} {
+		closeFn, err := testprogs.ForeignUprobe(at.path, at.off, 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeFn)
+	}
+	before := probetest.TakeSnapshot(t, c.CountEntry)
+	cookies := make([]uint64, n)
+	for i := range cookies {
+		cookies[i] = uint64(i)
+	}
+	targets := []Target{
+		{Path: other, Offsets: offsets[3:4], Cookies: []uint64{1000}},
+		{Path: path, Offsets: offsets, Cookies: cookies, Names: names(n)},
+	}
+	if _, err := UprobeMulti(c.CountEntry, targets, nil); !errors.Is(err, unix.EINVAL) {
+		t.Fatalf("without LeaveOutRefused: %v, want EINVAL", err)
+	}
+	before.Check(t, "after the failed attach")
+
+	l, err := UprobeMulti(c.CountEntry, targets, &Options{LeaveOutRefused: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range l.Refused() {
+		if !errors.Is(r.Err, unix.EINVAL) {
+			t.Errorf("refusal %+v: want EINVAL", r)
+		}
+		got = append(got, fmt.Sprintf("%d/%d@%#x", r.Target, r.Site, r.Offset))
+	}
+	want := []string{fmt.Sprintf("0/0@%#x", offsets[3]), fmt.Sprintf("1/10@%#x", offsets[10]), fmt.Sprintf("1/12@%#x", offsets[12])}
+	if !slices.Equal(got, want) {
+		t.Errorf("refused %q, want %q", got, want)
+	}
+	ts := l.Targets()
+	if len(ts) != 1 || len(ts[0].Offsets) != n-2 || l.Sites() != n-2 {
+		t.Fatalf("attached %d targets, %d sites; want 1 target of %d", len(ts), l.Sites(), n-2)
+	}
+	// 7 sites a link, and the second keeps 5 of its 7.
+	if l.FDs() != 5 {
+		t.Errorf("%d sites at 7 per link, 2 refused in the second: FDs() = %d, want 5", n-2, l.FDs())
+	}
+	infos, err := l.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []uint64
+	for _, in := range infos {
+		all = append(all, in.Offsets...)
+	}
+	if !slices.Equal(all, ts[0].Offsets) {
+		t.Error("the links' offsets together are not the target's as attached")
+	}
+	run(t, path, n, calls)
+	counts, _ := testprogs.ReadArray(c.Counts, n)
+	for i := range n {
+		want := uint64(testprogs.ExpectedCalls(i, calls))
+		if i == 10 || i == 12 {
+			want = 0
+		}
+		if counts[i] != want {
+			t.Errorf("site %d: %d calls counted, want %d", i, counts[i], want)
+		}
+	}
+	l.Close()
+	before.Check(t, "after Close")
+}

@@ -25,6 +25,10 @@ var ErrRefCtrUnsupported = target.Unsupported("kernel's perf-event uprobes take 
 // takes it.
 type Target = target.Target
 
+// Refusal is a site the kernel refused, which a Link made with
+// Options.LeaveOutRefused left out, as package attach reports it.
+type Refusal = target.Refusal
+
 // Options change how Uprobes attaches. The zero value, like a nil *Options,
 // attaches entry probes with the detected kernel features.
 type Options struct {
@@ -44,6 +48,11 @@ type Options struct {
 	// goroutine of its own, never concurrently with itself. Attaching
 	// 1,000 sites here takes about a minute.
 	Progress func(phase string, done, total int)
+	// LeaveOutRefused attaches the other sites when the kernel refuses
+	// some for reasons of their own (see attach.Options.LeaveOutRefused),
+	// up to attach.MaxRefusals (256) of them; Link.Refused says which and why.
+	// With Programs, a site left out leaves its program unused.
+	LeaveOutRefused bool
 }
 
 // Link is the set of per-site perf-event uprobes made by one call of
@@ -56,6 +65,7 @@ type Link struct {
 	targets target.Targets
 	links   []link.Link // one per site, in site order; nil after Close
 	fds     int
+	refused []target.Refusal
 	closed  bool
 	// progress is Options.Progress, for Close.
 	progress func(phase string, done, total int)
@@ -139,8 +149,10 @@ func Uprobes(prog *ebpf.Program, targets []Target, opts *Options) (*Link, error)
 		return l.abort(err)
 	}
 	site := 0
+	var attached target.Targets // ts less the sites refused
 	for ti := range ts {
 		t := &ts[ti]
+		var drop []int
 		ex, err := link.OpenExecutable(t.KernelPath())
 		if err != nil {
 			return nil, abort(fmt.Errorf("fallback: %s%s: %w", target.Of(ti, len(ts)), t.Path, err))
@@ -171,15 +183,54 @@ func Uprobes(prog *ebpf.Program, targets []Target, opts *Options) (*Link, error)
 				lk, err = ex.Uprobe("", p, uo)
 			}
 			if err != nil {
+				if errno, ok := refused(err); ok && opts.LeaveOutRefused && len(l.refused) < target.MaxRefusals {
+					l.refused = append(l.refused, target.Refusal{Target: ti, Site: j, Offset: off, Err: target.Why(errno, t, j)})
+					drop = append(drop, j)
+					prog0.add(1)
+					continue
+				}
 				return nil, abort(explain(err, p, t, ti, len(ts), j, opts.Return))
 			}
 			l.links = append(l.links, lk)
 			l.fds += fdsOf(lk)
 			prog0.add(1)
 		}
+		if len(drop) < len(t.Offsets) {
+			attached = append(attached, t.Without(drop))
+		}
+	}
+	if len(attached) == 0 {
+		return nil, abort(fmt.Errorf("fallback: %s: the kernel refused every site: %w", kindOf(opts.Return), target.JoinRefusals(targets, l.refused)))
+	}
+	if len(l.refused) > 0 {
+		l.targets = attached
 	}
 	return l, nil
 }
+
+// refused reports whether err, a site's failed attach, is the kernel
+// refusing that site (target.Refusable), and its errno: not a program
+// that does not fit a perf-event link, which cilium/ebpf reports as a
+// "bpf perf link" error.
+func refused(err error) (unix.Errno, bool) {
+	var errno unix.Errno
+	if !errors.As(err, &errno) || !target.Refusable(errno) || strings.Contains(err.Error(), "bpf perf link") {
+		return 0, false
+	}
+	return errno, true
+}
+
+func kindOf(ret bool) string {
+	if ret {
+		return "uretprobe"
+	}
+	return "uprobe"
+}
+
+// Refused returns the sites the kernel refused and the link left out
+// (Options.LeaveOutRefused), in the order of the targets and their sites;
+// Target and Site index the targets as given to Uprobes.
+func (l *Link) Refused() []Refusal { return slices.Clone(l.refused) }
 
 // abort closes what l holds and returns err with any close error joined.
 func (l *Link) abort(err error) error {
@@ -215,11 +266,7 @@ func checkType(prog *ebpf.Program) error {
 // explain wraps the error of one site's attachment with the binary, the
 // site and a hint. cilium/ebpf's errors keep the kernel's errno.
 func explain(err error, prog *ebpf.Program, t *Target, ti, n, j int, ret bool) error {
-	kind := "uprobe"
-	if ret {
-		kind = "uretprobe"
-	}
-	where := fmt.Sprintf("fallback: %s on %s (%ssite %s)", kind, t.Path, target.Of(ti, n), target.SiteName(t, j))
+	where := fmt.Sprintf("fallback: %s on %s (%ssite %s)", kindOf(ret), t.Path, target.Of(ti, n), target.SiteName(t, j))
 	switch {
 	case errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%s: %w (needs CAP_BPF and CAP_PERFMON, or root)", where, err)

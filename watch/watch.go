@@ -88,6 +88,11 @@ type Report struct {
 	// Sites are the file's sites (Attached), with their cookies; each
 	// site's Probe is the probe as given to New, its Target as given.
 	Sites []multiprobe.Site
+	// LeftOut are the file's sites that its probes' globs selected and
+	// that are not attached (Attached), each with its reason: left out by
+	// Resolve (multiprobe.Plan.LeftOut) or refused by the kernel at
+	// attach (multiprobe.Link.LeftOut: another tracer's uprobe there).
+	LeftOut []multiprobe.Site
 	// Reused says the file's sites were not resolved again: it is a copy
 	// of a file attached already (the same build ID, the same library in
 	// another container), whose plan was retargeted to it.
@@ -316,7 +321,8 @@ func (w *Watch) appeared(f *tracked, pid int) {
 		return
 	}
 	w.files[f.key] = a
-	w.report(Report{What: Attached, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Sites: w.sites(a), Reused: a.reused})
+	w.report(Report{What: Attached, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Sites: w.sites(a),
+		LeftOut: append(a.plan.LeftOut(), a.link.LeftOut()...), Reused: a.reused})
 }
 
 func (w *Watch) attach(f *tracked) (_ *attached, err error) {

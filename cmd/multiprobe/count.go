@@ -29,6 +29,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/hostarch"
 	"github.com/multiprobe/multiprobe/internal/stopped"
+	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/usdt"
 )
 
@@ -110,22 +111,50 @@ type countReport struct {
 	Files []string `json:"files,omitempty"`
 }
 
-// leftOutSite is a site of Plan.LeftOut.
+// leftOutSite is a site of Plan.LeftOut or Link.LeftOut.
 type leftOutSite struct {
 	Kind     string `json:"kind"`
 	Function string `json:"function"`
 	Path     string `json:"path"`
 	Offset   uint64 `json:"offset"`
-	Reason   string `json:"reason"`
+	// Why is the kind of reason, for the summary: unprobeable, no return
+	// address, foreign uprobe (another tracer's, with another ref-counter
+	// offset) or refused; Reason says it in full.
+	Why    string `json:"why"`
+	Reason string `json:"reason"`
 }
 
-// leftOut lists the plan's left-out sites for the report.
-func leftOut(plan *multiprobe.Plan) []leftOutSite {
+// leftOut lists left-out sites for the report: Resolve's (Plan.LeftOut)
+// and the kernel's at attach (Link.LeftOut).
+func leftOut(sites ...[]multiprobe.Site) []leftOutSite {
 	var out []leftOutSite
-	for _, s := range plan.LeftOut() {
-		out = append(out, leftOutSite{Kind: s.ProbeKind(), Function: s.Name, Path: s.Path, Offset: s.Offset, Reason: s.LeftOut.Error()})
+	for _, ss := range sites {
+		for _, s := range ss {
+			out = append(out, leftOutSite{Kind: s.ProbeKind(), Function: s.Name, Path: s.Path, Offset: s.Offset, Why: whyLeftOut(s.LeftOut), Reason: s.LeftOut.Error()})
+		}
 	}
 	return out
+}
+
+// whyLeftOut is the kind of reason err is, for leftOutSite.Why.
+func whyLeftOut(err error) string {
+	switch {
+	case errors.Is(err, multiprobe.ErrNoReturnAddress):
+		return "no return address"
+	case errors.Is(err, kernelprobe.ErrUnprobeable):
+		return "unprobeable"
+	case errors.Is(err, unix.EINVAL):
+		return "foreign uprobe"
+	}
+	return "refused"
+}
+
+// leftOutWhy says, for the summary, what each Why means.
+var leftOutWhy = map[string]string{
+	"unprobeable":       "at an instruction the kernel will not place a uprobe at",
+	"no return address": "entered without a return address",
+	"foreign uprobe":    "where another tracer's uprobe has another ref-counter offset",
+	"refused":           "refused by the kernel",
 }
 
 // maxLeftOutLines is how many left-out sites count's text names; --json
@@ -144,18 +173,15 @@ func writeLeftOut(w io.Writer, sites []leftOutSite) {
 		}
 		return
 	}
-	unprobeable := 0
+	n := map[string]int{}
 	for _, s := range sites {
-		if !strings.Contains(s.Reason, "return address") {
-			unprobeable++
-		}
+		n[s.Why]++
 	}
 	var why []string
-	if unprobeable > 0 {
-		why = append(why, fmt.Sprintf("%d at an instruction the kernel will not place a uprobe at", unprobeable))
-	}
-	if n := len(sites) - unprobeable; n > 0 {
-		why = append(why, fmt.Sprintf("%d entered without a return address", n))
+	for _, k := range []string{"unprobeable", "no return address", "foreign uprobe", "refused"} {
+		if n[k] > 0 {
+			why = append(why, fmt.Sprintf("%d %s", n[k], leftOutWhy[k]))
+		}
 	}
 	fmt.Fprintf(w, "%d sites left out: %s (--json lists them)\n", len(sites), strings.Join(why, ", "))
 }
@@ -285,7 +311,8 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), end.elapsed
-	report.LeftOut = leftOut(plan)
+	report.LeftOut = leftOut(plan.LeftOut(), end.leftOut)
+	report.Sites -= len(end.leftOut)
 	if f.stats {
 		st := end.stats
 		ps := &progStats{Runs: st.RunCount, Runtime: st.Runtime}
@@ -467,6 +494,8 @@ type countEnd struct {
 	code int
 	// profile is the probe program's, with --profile.
 	profile *profileReport
+	// leftOut are the sites the kernel refused at attach (Link.LeftOut).
+	leftOut []multiprobe.Site
 }
 
 // status is multiprobe's exit status for the way counting ended: 128 plus
@@ -499,8 +528,9 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 		return end, err
 	}
 	defer l.Close()
+	end.leftOut = l.LeftOut()
 	if verbose {
-		sayAttached(stderr, l.Sites())
+		sayAttached(stderr, l.Sites(), end.leftOut)
 	}
 	var prof *runningProfile
 	if profiling != nil {
@@ -568,14 +598,17 @@ func countUntil(plan *multiprobe.Plan, prog *ebpf.Program, child *stoppedCommand
 // sayAttached writes, for -v, a line per file of sites: its path, its
 // device and inode (what the kernel probes, and what tells two copies of
 // a path apart), and how many sites it has.
-func sayAttached(w io.Writer, sites []multiprobe.Site) {
+func sayAttached(w io.Writer, sites, leftOut []multiprobe.Site) {
 	var paths []string
 	n := map[string]int{}
 	for _, s := range sites {
-		if n[s.Path] == 0 {
+		if _, ok := n[s.Path]; !ok {
 			paths = append(paths, s.Path)
 		}
 		n[s.Path]++
+	}
+	for _, s := range leftOut {
+		n[s.Path]--
 	}
 	for _, p := range paths {
 		fmt.Fprintf(w, "attached %s (%s): %d %s\n", p, fileID(p), n[p], plural(n[p], "site", "sites"))

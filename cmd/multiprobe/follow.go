@@ -36,12 +36,16 @@ func (f *traceFlags) following(command []string) bool {
 // follower is a watch's view for count: the sites of every file it
 // attached, by cookie, and the files.
 type follower struct {
-	mu      sync.Mutex
-	sites   map[uint64]multiprobe.Site
-	files   []string
-	verbose io.Writer // nil unless --verbose
-	stderr  io.Writer
-	warned  bool
+	mu    sync.Mutex
+	sites map[uint64]multiprobe.Site
+	files []string
+	// leftOut are the sites left out of the files attached, each once by
+	// file, kind and offset, the first maxFollowLeftOut of them.
+	leftOut     []multiprobe.Site
+	leftOutSeen map[leftOutKey]bool
+	verbose     io.Writer // nil unless --verbose
+	stderr      io.Writer
+	warned      bool
 	// skipped are the files that could not be attached, each said once
 	// (by path and reason): a file is tried again at each mapping.
 	skipped map[string]bool
@@ -49,6 +53,17 @@ type follower struct {
 	// report is taken in.
 	attached func(watch.Report)
 }
+
+// leftOutKey is a left-out site of a file.
+type leftOutKey struct {
+	file   watch.FileID
+	kind   string
+	offset uint64
+}
+
+// maxFollowLeftOut bounds the left-out sites a follow run keeps for its
+// report, which a run of days over many builds would grow without end.
+const maxFollowLeftOut = 10_000
 
 // report takes in what the watch did with one file.
 func (fl *follower) report(r watch.Report) {
@@ -60,8 +75,28 @@ func (fl *follower) report(r watch.Report) {
 			fl.attached(r)
 		}
 		fl.files = append(fl.files, r.Path)
+		for _, s := range r.LeftOut {
+			k := leftOutKey{r.File, s.ProbeKind(), s.Offset}
+			if !fl.leftOutSeen[k] && len(fl.leftOut) < maxFollowLeftOut {
+				fl.leftOutSeen[k] = true
+				fl.leftOut = append(fl.leftOut, s)
+			}
+		}
+		// The sites the kernel refused at attach have a cookie and
+		// count nothing: not sites of the report.
+		type at struct {
+			kind   multiprobe.Kind
+			offset uint64
+		}
+		refused := map[at]bool{}
+		for _, s := range r.LeftOut {
+			refused[at{s.Probe.Kind, s.Offset}] = true
+		}
 		past := 0
 		for _, s := range r.Sites {
+			if refused[at{s.Probe.Kind, s.Offset}] {
+				continue
+			}
 			if _, ok := fl.sites[s.Cookie]; !ok {
 				fl.sites[s.Cookie] = s
 			}
@@ -163,6 +198,8 @@ type followed struct {
 	files []string
 	// skipped is how many files matched and could not be attached.
 	skipped int
+	// leftOut are the sites of the files attached that are not.
+	leftOut []multiprobe.Site
 }
 
 // follow counts through a watch until duration passes or SIGINT or
@@ -175,7 +212,7 @@ func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Pro
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached, skipped: map[string]bool{}}
+	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached, skipped: map[string]bool{}, leftOutSeen: map[leftOutKey]bool{}}
 	if verbose {
 		fl.verbose = stderr
 	}
@@ -205,6 +242,7 @@ func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Pro
 	fl.mu.Lock()
 	out.files = slices.Clone(fl.files)
 	out.skipped = len(fl.skipped)
+	out.leftOut = fl.leftOut
 	fl.mu.Unlock()
 	out.sites = fl.table()
 	return out, nil
@@ -295,6 +333,7 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	if report.Files == nil {
 		report.Files = []string{}
 	}
+	report.LeftOut = leftOut(fw.leftOut)
 	if err := report.write(stdout, f, fw.end); err != nil {
 		return err
 	}

@@ -97,6 +97,10 @@ type latencyReport struct {
 	// Files are the files attached when latency followed every process
 	// (no command, no --pid).
 	Files []string `json:"files,omitempty"`
+	// LeftOut are the sites the globs selected that are not timed, and
+	// why (see countReport.LeftOut): a return probe's as well as an
+	// entry's.
+	LeftOut []leftOutSite `json:"left_out,omitempty"`
 }
 
 func runLatency(args []string, stdout, stderr io.Writer) error {
@@ -149,6 +153,7 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
+	report.LeftOut = leftOut(plan.LeftOut(), end.leftOut)
 	return writeLatencyReport(stdout, &tf, &report, end)
 }
 
@@ -248,6 +253,7 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	if report.Files == nil {
 		report.Files = []string{}
 	}
+	report.LeftOut = leftOut(fw.leftOut)
 	if err := writeLatencyReport(stdout, tf, &report, fw.end); err != nil {
 		return err
 	}
@@ -514,6 +520,7 @@ func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 	if r.Files != nil {
 		fmt.Fprintf(w, "in %d %s, following every process%s\n", len(r.Files), plural(len(r.Files), "file", "files"), namesThem(verbose))
 	}
+	writeLeftOut(w, r.LeftOut)
 	if r.Unmatched > 0 {
 		fmt.Fprintf(w, "%d %s not timed: %s entry was not seen (a call already running at attach)\n",
 			r.Unmatched, plural(int(min(r.Unmatched, 2)), "return was", "returns were"), plural(int(min(r.Unmatched, 2)), "its", "their"))

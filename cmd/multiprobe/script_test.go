@@ -5,12 +5,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/probetest"
 )
@@ -67,12 +70,22 @@ func scriptParams(dir string) testscript.Params {
 				return err
 			}
 			env.Setenv("HOME", env.WorkDir)
+			// A target of 50 functions (testprogs.Target), which a
+			// script copies before it probes it.
+			if os.Geteuid() == 0 {
+				many, err := testprogs.Target(50)
+				if err != nil {
+					return err
+				}
+				env.Setenv("MANYFUNCS", many)
+			}
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"waitfile":  waitFile,
-			"waitmatch": waitMatch,
-			"envfile":   envFile,
+			"waitfile":      waitFile,
+			"waitmatch":     waitMatch,
+			"envfile":       envFile,
+			"foreignuprobe": foreignUprobe,
 		},
 		Condition: func(cond string) (bool, error) {
 			switch cond {
@@ -131,4 +144,22 @@ func envFile(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("usage: envfile VAR FILE")
 	}
 	ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile(args[1])))
+}
+
+// foreignUprobe is the scripts' "foreignuprobe FILE FUNCTION REFCTR": it
+// holds, until the script ends, a perf-event uprobe at FUNCTION of FILE
+// with the ref-counter offset REFCTR, as another tracer leaves one
+// (testprogs.ForeignUprobe).
+func foreignUprobe(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: foreignuprobe FILE FUNCTION REFCTR")
+	}
+	path := ts.MkAbs(args[0])
+	sites, err := elfsym.Resolve(path, args[1])
+	ts.Check(err)
+	refCtr, err := strconv.ParseUint(args[2], 0, 64)
+	ts.Check(err)
+	closeFn, err := testprogs.ForeignUprobe(path, sites[0].Offset, refCtr)
+	ts.Check(err)
+	ts.Defer(closeFn)
 }

@@ -9,10 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
 var (
@@ -201,4 +205,102 @@ func SiteName(t *Target, j int) string {
 		return fmt.Sprintf("%s (#%d, offset %#x)", t.Names[j], j, t.Offsets[j])
 	}
 	return fmt.Sprintf("#%d (offset %#x)", j, t.Offsets[j])
+}
+
+// A Refusal is a site the kernel refused, with what made it refuse, left
+// out of a link made with the option to leave such sites out
+// (attach.Options.LeaveOutRefused, fallback.Options.LeaveOutRefused).
+type Refusal struct {
+	// Target is the index of the site's target in the attach call, Site
+	// its index in that target's Offsets (as the caller gave them), and
+	// Offset its file offset.
+	Target, Site int
+	Offset       uint64
+	// Err says why (see Why), and wraps the kernel's errno (and
+	// kernelprobe.ErrUnprobeable where the kernel will not probe the
+	// instruction); the binary and site are the fields above.
+	Err error
+}
+
+// MaxRefusals bounds the sites one attach call leaves out: finding each
+// costs a few attach attempts, and a kernel that refuses more sites than
+// this is refusing something other than the sites (a program, a file).
+const MaxRefusals = 256
+
+// Refusable reports whether the kernel's errno for a site's uprobe is
+// about that site, so that the others may still be attached: EINVAL
+// (another uprobe at the offset with another ref-counter offset, or an
+// offset not at an instruction), ENOTSUPP (an instruction the kernel will
+// not probe) and ENOEXEC (one its decoder does not know).
+func Refusable(errno unix.Errno) bool {
+	return errno == unix.EINVAL || errno == ErrnoENOTSUPP || errno == unix.ENOEXEC
+}
+
+// ErrnoENOTSUPP is the kernel's internal ENOTSUPP (524), which uprobe
+// registration returns for an instruction it cannot probe; x/sys/unix has
+// no name for it.
+const ErrnoENOTSUPP = unix.Errno(524)
+
+// Without returns t without the sites at the indexes drop (sorted, each
+// in range): new slices, t's own untouched.
+func (t Target) Without(drop []int) Target {
+	kept := func(n int, keep func(j int)) {
+		k := 0
+		for j := range n {
+			if k < len(drop) && drop[k] == j {
+				k++
+				continue
+			}
+			keep(j)
+		}
+	}
+	without := func(s []uint64) []uint64 {
+		if s == nil {
+			return nil
+		}
+		out := make([]uint64, 0, len(s)-len(drop))
+		kept(len(s), func(j int) { out = append(out, s[j]) })
+		return out
+	}
+	out := t
+	out.Offsets, out.RefCtrOffsets, out.Cookies = without(t.Offsets), without(t.RefCtrOffsets), without(t.Cookies)
+	if t.Names != nil {
+		out.Names = make([]string, 0, len(t.Names)-len(drop))
+		kept(len(t.Names), func(j int) { out.Names = append(out.Names, t.Names[j]) })
+	}
+	return out
+}
+
+// Why says why the kernel refused site j of t alone, and what to do, for
+// a Refusal; it wraps errno.
+func Why(errno unix.Errno, t *Target, j int) error {
+	switch errno {
+	case unix.EINVAL:
+		// The kernel keeps one uprobe per inode and offset, and refuses
+		// a second consumer that asks for another ref-counter offset
+		// there (uprobes.c, ref_ctr_mismatch_warn): a probe another
+		// tracer left, such as one bcc placed with a USDT semaphore's.
+		rc := uint64(0)
+		if t.RefCtrOffsets != nil {
+			rc = t.RefCtrOffsets[j]
+		}
+		return fmt.Errorf("another uprobe at %s+%#x has a ref-counter offset other than %#x (another tracer's probe: bpftool perf and bpftool link list them, the kernel log names its offset), or the offset is not at an instruction (EINVAL): %w",
+			filepath.Base(t.Path), t.Offsets[j], rc, errno)
+	case ErrnoENOTSUPP:
+		return fmt.Errorf("the kernel will not place a uprobe at the instruction at %s+%#x (ENOTSUPP, errno 524): %w: %w", filepath.Base(t.Path), t.Offsets[j], kernelprobe.ErrUnprobeable, errno)
+	case unix.ENOEXEC:
+		return fmt.Errorf("the kernel's instruction decoder does not know the instruction at %s+%#x: %w: %w", filepath.Base(t.Path), t.Offsets[j], kernelprobe.ErrUnprobeable, errno)
+	}
+	return fmt.Errorf("the kernel refused %s+%#x: %w", filepath.Base(t.Path), t.Offsets[j], errno)
+}
+
+// JoinRefusals is refused as one error, each naming its binary and site
+// of targets (as given to the call).
+func JoinRefusals(targets []Target, refused []Refusal) error {
+	errs := make([]error, len(refused))
+	for i, r := range refused {
+		t := &targets[r.Target]
+		errs[i] = fmt.Errorf("%s (site %s): %w", t.Path, SiteName(t, r.Site), r.Err)
+	}
+	return errors.Join(errs...)
 }
