@@ -234,9 +234,46 @@ func openProgram(arg string) (*ebpf.Program, error) {
 		return nil, fmt.Errorf("no loaded program is named %q (bpftool prog lists them; names are cut at 15 characters)", arg)
 	case len(ids) > 1:
 		found.Close()
-		return nil, fmt.Errorf("%d loaded programs are named %q: give one's ID (%s)", len(ids), arg, strings.Join(ids, ", "))
+		owners := programOwners()
+		for i, id := range ids {
+			if o := owners[id]; len(o) > 0 {
+				ids[i] += " held by " + strings.Join(o, ", ")
+			}
+		}
+		return nil, fmt.Errorf("%d loaded programs are named %q: give one's ID (%s)", len(ids), arg, strings.Join(ids, "; "))
 	}
 	return found, nil
+}
+
+// programOwners returns, by program ID, the processes that hold it (a
+// descriptor of the program or of a link to it, which /proc/PID/fdinfo
+// names by prog_id), as "pid 123 (comm)": which tool loaded which.
+func programOwners() map[string][]string {
+	out := map[string][]string{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid := p.Name()
+		if _, err := strconv.Atoi(pid); err != nil {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + pid + "/fdinfo")
+		seen := map[string]bool{}
+		for _, fd := range fds {
+			b, err := os.ReadFile("/proc/" + pid + "/fdinfo/" + fd.Name())
+			if err != nil {
+				continue
+			}
+			for line := range strings.Lines(string(b)) {
+				id, ok := strings.CutPrefix(line, "prog_id:")
+				if id = strings.TrimSpace(id); ok && !seen[id] {
+					seen[id] = true
+					comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+					out[id] = append(out[id], fmt.Sprintf("pid %s (%s)", pid, strings.TrimSpace(string(comm))))
+				}
+			}
+		}
+	}
+	return out
 }
 
 // A running profile of a program: its meter, its sampler, and the kernel's

@@ -226,3 +226,38 @@ func TestProfileNoBTF(t *testing.T) {
 		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
 	}
 }
+
+// TestProfileNameAmbiguous: a name two loaded programs have is an error
+// that lists both IDs and the process that holds each.
+func TestProfileNameAmbiguous(t *testing.T) {
+	probetest.RequireBPF(t)
+	name := fmt.Sprintf("mp_amb_%d", os.Getpid()%100000)
+	var ids []string
+	for range 2 {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name:         name,
+			Type:         ebpf.SocketFilter,
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+			License:      "MIT",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer prog.Close()
+		info, err := prog.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		ids = append(ids, fmt.Sprint(id))
+	}
+	out, errOut, code := runCLI(t, "profile", "--duration", "0.1", name)
+	for _, id := range ids {
+		if want := fmt.Sprintf("%s held by pid %d (", id, os.Getpid()); !strings.Contains(errOut, want) {
+			t.Errorf("stderr does not say %q", want)
+		}
+	}
+	if code != 1 || !strings.Contains(errOut, "2 loaded programs are named") {
+		t.Errorf("exit %d, output:\n%s%s", code, out, errOut)
+	}
+}
