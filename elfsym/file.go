@@ -45,6 +45,10 @@ type File struct {
 	tables    []symtab // .symtab first, then .dynsym
 	// verdef maps a version index (from .gnu.version) to its name.
 	verdef map[uint16]string
+	// compat is, once a lookup needs it, the functions the tables define
+	// only at hidden versions (see compatOnly).
+	compatOnce sync.Once
+	compat     map[string]bool
 	// pclntab and textAddr come from a stripped Go binary.
 	pclntab  []byte
 	textAddr uint64

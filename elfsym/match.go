@@ -16,6 +16,9 @@ import (
 // matcher is a compiled set of inclusion and exclusion patterns.
 type matcher struct {
 	incl, excl []namePattern
+	// bare: some inclusion pattern has no version, and so selects a
+	// function that has only hidden versions (resolver.compatOnly).
+	bare bool
 }
 
 // namePattern matches a symbol name and, optionally, its version.
@@ -72,6 +75,7 @@ func compile(patterns []string) (*matcher, error) {
 			m.excl = append(m.excl, np)
 		} else {
 			m.incl = append(m.incl, np)
+			m.bare = m.bare || np.version == nil
 		}
 	}
 	if len(m.incl) == 0 {

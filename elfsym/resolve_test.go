@@ -222,6 +222,21 @@ func TestVersioned(t *testing.T) {
 	if _, err := f.Resolve("vfunc@@VERS_1"); !errors.Is(err, ErrNoMatch) {
 		t.Errorf("vfunc@@VERS_1 = %v, want no match (VERS_1 is not the default)", err)
 	}
+	// A function with only a compat version is selected without '@', as
+	// "name@VERSION": old binaries call it. One with a default version is
+	// not selected at its other versions that way (vfunc above).
+	for _, pat := range []string{"ofunc", "ofu*", "ofunc@VERS_1", "ofunc@*"} {
+		o, err := f.Resolve(pat)
+		if err != nil || len(o) != 1 || o[0].Name != "ofunc@VERS_1" || o[0].Version != "VERS_1" {
+			t.Errorf("%s = %+v, %v; want ofunc@VERS_1, which has no default version", pat, o, err)
+		}
+	}
+	if o, err := f.Resolve("ofunc@@*"); !errors.Is(err, ErrNoMatch) {
+		t.Errorf("ofunc@@* = %+v, %v; want no match (ofunc has no default version)", o, err)
+	}
+	if o, err := f.Resolve("*func", "!ofunc"); err != nil || slices.ContainsFunc(o, func(s Site) bool { return strings.HasPrefix(s.Name, "ofunc") }) {
+		t.Errorf("*func !ofunc = %+v, %v; want no ofunc", o, err)
+	}
 	lib, err := f.Resolve("lib_*")
 	if err != nil || len(lib) != 1 || lib[0].Name != "lib_func" || !slices.Contains(lib[0].Aliases, "lib_alias") {
 		t.Errorf("lib_* = %+v, %v; want lib_func with alias lib_alias", lib, err)
@@ -622,7 +637,8 @@ func TestMarkNeedleSplit(t *testing.T) {
 // TestAgainstDebugELF resolves "*" in the fixtures and system binaries and
 // checks every site against debug/elf's decoding of the same tables: the
 // sites are the addresses with an unversioned or default-version function
-// symbol, and each site's names, primary and aliases, are exactly the
+// symbol, or a hidden version of a function that has no other (glibc's
+// fattach@GLIBC_2.2.5), and each site's names, primary and aliases, are exactly the
 // function names at its address ("name@VERSION" for a hidden version).
 func TestAgainstDebugELF(t *testing.T) {
 	fx := buildFixtures(t)
@@ -644,6 +660,12 @@ func TestAgainstDebugELF(t *testing.T) {
 				selected bool
 			}
 			byAddr := map[uint64]*want{}
+			plain := map[string]bool{} // names with a default or no version
+			type hiddenAt struct {
+				addr uint64
+				bare string
+			}
+			var hidden []hiddenAt
 			add := func(syms []elf.Symbol, dynamic bool) {
 				for _, s := range syms {
 					typ := elf.ST_TYPE(s.Info)
@@ -658,6 +680,12 @@ func TestAgainstDebugELF(t *testing.T) {
 						name, _, _ = strings.Cut(s.Name, "@@")
 					case !dynamic && strings.Contains(s.Name, "@"):
 						isDefault = false
+					}
+					bare, _, _ := strings.Cut(name, "@")
+					if isDefault {
+						plain[bare] = true
+					} else {
+						hidden = append(hidden, hiddenAt{s.Value, bare})
 					}
 					w := byAddr[s.Value]
 					if w == nil {
@@ -685,6 +713,11 @@ func TestAgainstDebugELF(t *testing.T) {
 					add(dsyms, false)
 				}
 				f.Close()
+			}
+			for _, h := range hidden {
+				if !plain[h.bare] {
+					byAddr[h.addr].selected = true
+				}
 			}
 
 			sites, err := Resolve(bin, "*")

@@ -235,6 +235,40 @@ func (r *resolver) nameAt(t, i int, off uint32) (name, version []byte, isDefault
 	return name, nil, true
 }
 
+// compatOnly reports whether the file defines the function name only at
+// hidden versions: no default version (name@@V) and no unversioned
+// symbol. glibc keeps such functions for binaries linked against an old
+// version (fattach@GLIBC_2.2.5, __nss_next@GLIBC_2.2.5). The set is made
+// the first time a hidden version's name matches a pattern: a pass over
+// the functions' names, which most lookups never need.
+func (r *resolver) compatOnly(name []byte) bool {
+	f := r.f
+	f.compatOnce.Do(func() {
+		hidden, plain := map[string]bool{}, map[string]bool{}
+		for t := range f.tables {
+			for i := range len(f.tables[t].syms) / symSize {
+				e, _, ok := r.funcAt(t, i)
+				if !ok {
+					continue
+				}
+				n, ver, def := r.nameAt(t, i, binary.LittleEndian.Uint32(e[0:4]))
+				if def {
+					plain[string(n)] = true
+				} else if len(ver) > 0 {
+					hidden[string(n)] = true
+				}
+			}
+		}
+		f.compat = map[string]bool{}
+		for n := range hidden {
+			if !plain[n] {
+				f.compat[n] = true
+			}
+		}
+	})
+	return f.compat[string(name)]
+}
+
 // isDefinedFunc reports whether a raw Elf64_Sym is a defined function with
 // an address: the only symbols a uprobe can use. Undefined imports have
 // section SHN_UNDEF and value 0; attaching at offset 0 would probe the ELF
@@ -349,6 +383,12 @@ func (r *resolver) find(p *scanPart, bases []int, cands []bitmap) {
 			}
 			name, ver, def := r.nameAt(t, i, le.Uint32(e[0:4]))
 			pat := r.m.matches(name, ver, def)
+			if pat < 0 && !def && r.m.bare && r.compatOnly(name) {
+				// A function with only a compat version
+				// (fattach@GLIBC_2.2.5): a pattern without '@'
+				// means it too, as old binaries still call it.
+				pat = r.m.matches(name, nil, true)
+			}
 			if pat < 0 {
 				continue
 			}
