@@ -230,16 +230,6 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 	if err := f.profile.check(); err != nil {
 		return nil, nil, nil, err
 	}
-	if f.trace.following(command) {
-		for _, c := range []struct {
-			set  bool
-			flag string
-		}{{f.withArgs, "--args"}, {f.profiling, "--profile"}, {f.stats, "--stats"}} {
-			if c.set {
-				return nil, nil, nil, usagef("%s needs a command or --pid: without, count follows every process, which it does not do with %s yet", c.flag, c.flag)
-			}
-		}
-	}
 	if f.profiling {
 		f.trace.profiling = &f.profile
 	} else if f.profile.pprof != "" || f.profile.folded != "" {
@@ -285,7 +275,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	sites := plan.Sites()
 	var hitLog []hitRecord
 	if f.withArgs {
-		stop, err := c.readHits(sites, f.nargs, f.strs, stdout, f.trace.asJSON, &hitLog)
+		stop, err := c.readHits(tableLookup(sites), f.nargs, f.strs, stdout, f.trace.asJSON, &hitLog)
 		if err != nil {
 			return err
 		}
@@ -313,6 +303,15 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), end.elapsed
 	report.LeftOut = leftOut(plan.LeftOut(), end.leftOut)
 	report.Sites -= len(end.leftOut)
+	if err := report.finish(f, end, hitLog, c); err != nil {
+		return err
+	}
+	return report.write(stdout, f, end)
+}
+
+// finish adds to the report what --stats, --profile and --args asked for
+// (the profile written where -o and --folded say), in every mode alike.
+func (report *countReport) finish(f *countFlags, end countEnd, hitLog []hitRecord, c *counter) error {
 	if f.stats {
 		st := end.stats
 		ps := &progStats{Runs: st.RunCount, Runtime: st.Runtime}
@@ -332,7 +331,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 			report.HitsDropped = d
 		}
 	}
-	return report.write(stdout, f, end)
+	return nil
 }
 
 // write writes the report, as JSON with --json; it returns the exit status
@@ -352,7 +351,7 @@ func (report *countReport) write(stdout io.Writer, f *countFlags, end countEnd) 
 // of the --args program as they come, and returns what waits for the
 // reader to end; c.stopHits, once the probes are detached, makes it end
 // after the last hit in the buffer.
-func (c *counter) readHits(sites []multiprobe.Site, nargs int, strs strArgs, stdout io.Writer, asJSON bool, log *[]hitRecord) (wait func(), err error) {
+func (c *counter) readHits(site siteLookup, nargs int, strs strArgs, stdout io.Writer, asJSON bool, log *[]hitRecord) (wait func(), err error) {
 	rd, err := ringbuf.NewReader(c.hits)
 	if err != nil {
 		return nil, fmt.Errorf("--args: %w", err)
@@ -360,7 +359,7 @@ func (c *counter) readHits(sites []multiprobe.Site, nargs int, strs strArgs, std
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		*log = readHits(rd, sites, nargs, strs, stdout, asJSON)
+		*log = readHits(rd, site, nargs, strs, stdout, asJSON)
 	}()
 	c.stopHits = func() {
 		// The reader returns what is in the buffer, then ErrFlushed.
@@ -738,6 +737,20 @@ type counter struct {
 }
 
 func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, error) {
+	spec, err := counterSpec(withArgs, strs)
+	if err != nil {
+		return nil, err
+	}
+	if err := plan.Prepare(spec); err != nil {
+		return nil, err
+	}
+	spec.Maps["counts"].MaxEntries = uint32(max(plan.Len(), 1))
+	return newCounter(spec, withArgs)
+}
+
+// counterSpec is the counting program's spec: count.c, or count_args.c
+// with --args, reading strs as strings.
+func counterSpec(withArgs bool, strs strArgs) (*ebpf.CollectionSpec, error) {
 	load := loadCount
 	if withArgs {
 		if err := knownRegisters("--args"); err != nil {
@@ -756,10 +769,11 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, 
 			return nil, fmt.Errorf("--str: %w", err)
 		}
 	}
-	if err := plan.Prepare(spec); err != nil {
-		return nil, err
-	}
-	spec.Maps["counts"].MaxEntries = uint32(max(plan.Len(), 1))
+	return spec, nil
+}
+
+// newCounter loads a prepared counterSpec.
+func newCounter(spec *ebpf.CollectionSpec, withArgs bool) (*counter, error) {
 	coll, err := newCollection("the counter", spec)
 	if err != nil {
 		return nil, err
@@ -883,8 +897,8 @@ func isGoProgram(path string) bool {
 // integer arguments, the return value's, and one more a Go function's
 // arguments use), then the --str strings, each
 // after what reading it returned.
-func readHits(rd *ringbuf.Reader, sites []multiprobe.Site, nargs int, strs strArgs, stdout io.Writer, asJSON bool) []hitRecord {
-	d := newHitDecoder(sites, nargs, strs)
+func readHits(rd *ringbuf.Reader, site siteLookup, nargs int, strs strArgs, stdout io.Writer, asJSON bool) []hitRecord {
+	d := newHitDecoder(site, nargs, strs)
 	var log []hitRecord
 	var rec ringbuf.Record
 	var line []byte
@@ -923,26 +937,48 @@ const (
 
 // A hitDecoder turns count_args.c's records into hits.
 type hitDecoder struct {
-	sites  []multiprobe.Site
+	site   siteLookup
 	nargs  int
 	strs   strArgs
 	goFile map[string]bool // by path: whose arguments are in Go's registers
 }
 
-func newHitDecoder(sites []multiprobe.Site, nargs int, strs strArgs) *hitDecoder {
+// A siteLookup finds the site of a cookie: in a plan's table, or among
+// the files a follow run attached so far.
+type siteLookup func(cookie uint32) (multiprobe.Site, bool)
+
+// tableLookup looks cookies up in sites, a plan's table.
+func tableLookup(sites []multiprobe.Site) siteLookup {
+	return func(cookie uint32) (multiprobe.Site, bool) {
+		if int(cookie) >= len(sites) {
+			return multiprobe.Site{}, false
+		}
+		return sites[cookie], true
+	}
+}
+
+func newHitDecoder(site siteLookup, nargs int, strs strArgs) *hitDecoder {
 	// A uprobe prints its first nargs arguments, and any --str asks for.
 	for _, n := range strs {
 		if n < strRet {
 			nargs = max(nargs, int(n)+1)
 		}
 	}
-	goFile := map[string]bool{}
-	for _, s := range sites {
-		if _, ok := goFile[s.Path]; !ok && s.Probe.Kind == multiprobe.Entry {
-			goFile[s.Path] = isGoProgram(s.Path)
-		}
+	return &hitDecoder{site: site, nargs: nargs, strs: strs, goFile: map[string]bool{}}
+}
+
+// isGo reports whether s is in a Go program, whose arguments are in Go's
+// registers: found out once a file, at its first hit.
+func (d *hitDecoder) isGo(s multiprobe.Site) bool {
+	if s.Probe.Kind != multiprobe.Entry {
+		return false
 	}
-	return &hitDecoder{sites: sites, nargs: nargs, strs: strs, goFile: goFile}
+	g, ok := d.goFile[s.Path]
+	if !ok {
+		g = isGoProgram(s.Path)
+		d.goFile[s.Path] = g
+	}
+	return g
 }
 
 // decode reads one record: the hit, and the arguments (strRet for the
@@ -952,11 +988,11 @@ func (d *hitDecoder) decode(b []byte) (h hitRecord, str map[uint32]string, ok bo
 	if len(b) < hitSize {
 		return h, nil, false
 	}
-	site := binary.NativeEndian.Uint32(b)
-	if int(site) >= len(d.sites) {
+	s, ok := d.site(binary.NativeEndian.Uint32(b))
+	if !ok {
 		return h, nil, false
 	}
-	s := d.sites[site]
+	goFile := d.isGo(s)
 	val := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[hitArgsAt+8*i:])) }
 	reg := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[hitRegsAt+8*i:])) }
 	h = hitRecord{Probe: s.Name, Kind: s.Probe.Kind.String(), Args: []int64{}}
@@ -971,7 +1007,7 @@ func (d *hitDecoder) decode(b []byte) (h hitRecord, str map[uint32]string, ok bo
 		h.Ret = &r
 	default:
 		regs := cArgRegs
-		if d.goFile[s.Path] {
+		if goFile {
 			regs = goArgRegs
 		}
 		for _, r := range regs[:d.nargs] {
@@ -982,7 +1018,7 @@ func (d *hitDecoder) decode(b []byte) (h hitRecord, str map[uint32]string, ok bo
 	// value, another's arguments.
 	str = map[uint32]string{}
 	for i, n := range d.strs {
-		if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) || d.goFile[s.Path] {
+		if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) || goFile {
 			continue
 		}
 		l := int32(binary.NativeEndian.Uint32(b[hitStrLensAt+4*i:]))

@@ -473,7 +473,7 @@ func FuzzHitDecode(f *testing.F) {
 	ret := &multiprobe.Probe{Kind: multiprobe.Return, Target: "/bin/true", Patterns: []string{"f"}}
 	ut := &multiprobe.Probe{Kind: multiprobe.USDT, Target: "/bin/true", Patterns: []string{"p:n"}}
 	sites := []multiprobe.Site{{Name: "f", Probe: probe}, {Name: "f", Probe: ret}, {Name: "p:n", Probe: ut}}
-	d := &hitDecoder{sites: sites, nargs: 6, strs: strArgs{0, 1, strRet}, goFile: map[string]bool{}}
+	d := newHitDecoder(tableLookup(sites), 6, strArgs{0, 1, strRet})
 	f.Add(make([]byte, hitSize))
 	rec := make([]byte, hitSize)
 	rec[0], rec[4], rec[hitStrLensAt] = 2, 3, 4

@@ -18,6 +18,7 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/watch"
 )
 
@@ -202,20 +203,36 @@ type followed struct {
 	leftOut []multiprobe.Site
 }
 
-// follow counts through a watch until duration passes or SIGINT or
-// SIGTERM arrives, and returns the sites of every file attached meanwhile.
-// attached, if not nil, is told of each file attached, before count's
-// own bookkeeping. A signal ends a follow run as a duration does: it is
-// how one is ended, so the run's status is 0 (bpftrace's and funccount's
-// after Ctrl-C), and done's says whether anything was attached.
-func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts multiprobe.Options, duration time.Duration, verbose bool, stderr io.Writer, attached func(watch.Report)) (out followed, err error) {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+// newFollower makes the view of a follow run; attached, if not nil, is
+// told of each file attached, before the follower's own bookkeeping.
+func newFollower(stderr io.Writer, verbose bool, attached func(watch.Report)) *follower {
 	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached, skipped: map[string]bool{}, leftOutSeen: map[leftOutKey]bool{}}
 	if verbose {
 		fl.verbose = stderr
 	}
+	return fl
+}
+
+// lookup finds the site of a cookie among the files attached so far: how
+// --args names a hit in a follow run.
+func (fl *follower) lookup(cookie uint32) (multiprobe.Site, bool) {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	s, ok := fl.sites[uint64(cookie)]
+	return s, ok
+}
+
+// follow counts through a watch until duration passes or SIGINT or
+// SIGTERM arrives, and returns the sites of every file attached
+// meanwhile, with the run-time statistics of the programs that ran at
+// them (prog, or the copies a file's link made). A signal ends a follow
+// run as a duration does: it is how one is ended, so the run's status is
+// 0 (bpftrace's and funccount's after Ctrl-C), and done's says whether
+// anything was attached.
+func (fl *follower) follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Program, opts multiprobe.Options, duration time.Duration) (out followed, err error) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	// Each file is attached on its own, a progress line each would be
 	// noise.
 	opts.Progress = nil
@@ -228,14 +245,28 @@ func follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Pro
 	if duration > 0 {
 		deadline = time.After(duration)
 	} else {
-		fmt.Fprintf(stderr, "following every process; Ctrl-C to stop\n")
+		fmt.Fprintf(fl.stderr, "following every process; Ctrl-C to stop\n")
 	}
 	select {
 	case <-deadline:
 	case sig := <-sigs:
-		fmt.Fprintf(stderr, "%v: detaching\n", sig)
+		fmt.Fprintf(fl.stderr, "%v: detaching\n", sig)
 	}
 	out.end.elapsed = time.Since(start)
+	progs := []*ebpf.Program{prog}
+	for _, f := range w.Files() {
+		for _, p := range f.Link.Programs() {
+			if !slices.Contains(progs, p) {
+				progs = append(progs, p)
+			}
+		}
+	}
+	for _, p := range progs {
+		if st, err := p.Stats(); err == nil {
+			out.end.stats.RunCount += st.RunCount
+			out.end.stats.Runtime += st.Runtime
+		}
+	}
 	if err := w.Close(); err != nil {
 		return out, err
 	}
@@ -301,7 +332,7 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	if err := checkTargets(probes, tr.opts, stderr); err != nil {
 		return err
 	}
-	spec, err := loadCount()
+	spec, err := counterSpec(f.withArgs, f.strs)
 	if err != nil {
 		return err
 	}
@@ -309,15 +340,49 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 		return err
 	}
 	spec.Maps["counts"].MaxEntries = followSlots
-	coll, err := newCollection("the counter", spec)
+	c, err := newCounter(spec, f.withArgs)
 	if err != nil {
 		return err
 	}
-	defer coll.Close()
-	c := &counter{counts: coll.Maps["counts"], prog: coll.Programs["count_call"]}
-	fw, err := follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration), f.trace.verbose, stderr, nil)
+	defer c.close()
+	fl := newFollower(stderr, f.trace.verbose, nil)
+	var hitLog []hitRecord
+	if f.withArgs {
+		// A hit is named by the sites of the files attached before it:
+		// a file's sites are in before its link is made.
+		stop, err := c.readHits(fl.lookup, f.nargs, f.strs, stdout, f.trace.asJSON, &hitLog)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if f.stats {
+		statsOff, err := ebpf.EnableStats(bpfsys.StatsRunTime)
+		if err != nil {
+			return fmt.Errorf("--stats: enabling BPF run-time statistics: %w", err)
+		}
+		defer statsOff.Close()
+	}
+	var prof *runningProfile
+	if f.profiling {
+		// The program itself, where the links run it; a kernel without
+		// BPF cookies runs a copy a site, which the profile does not see.
+		if prof, err = startProfile(c.prog, nil, f.profile.freq); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
+		defer prof.close()
+	}
+	fw, err := fl.follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration))
+	if c.stopHits != nil {
+		c.stopHits()
+	}
 	if err != nil {
 		return err
+	}
+	if prof != nil {
+		if fw.end.profile, err = prof.stop(); err != nil {
+			return fmt.Errorf("--profile: %w", err)
+		}
 	}
 	report, err := c.report(fw.sites, 0)
 	if err != nil {
@@ -334,6 +399,9 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 		report.Files = []string{}
 	}
 	report.LeftOut = leftOut(fw.leftOut)
+	if err := report.finish(f, fw.end, hitLog, c); err != nil {
+		return err
+	}
 	if err := report.write(stdout, f, fw.end); err != nil {
 		return err
 	}

@@ -240,7 +240,7 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	defer coll.Close()
 	lt := &latencyTimer{coll: coll, prog: coll.Programs["latency_pair"]}
 	fill := &latencyFill{lt: lt, fn: map[latencyFn]uint32{}}
-	fw, err := follow(pairs, spec, lt.prog, *tr.opts, time.Duration(tf.duration), tf.verbose, stderr, fill.attached)
+	fw, err := newFollower(stderr, tf.verbose, fill.attached).follow(pairs, spec, lt.prog, *tr.opts, time.Duration(tf.duration))
 	if err != nil {
 		return err
 	}
