@@ -35,6 +35,8 @@ type tracked struct {
 	// hostPath reaches it from here (through that process's root).
 	path, hostPath string
 	users          map[int]bool
+	// mapped counts the processes that mapped it since it was tracked.
+	mapped int
 }
 
 // tracker follows which processes map which matching files, from an
@@ -122,7 +124,7 @@ func (t *tracker) mapped(pid int) {
 		}
 		f := t.files[k]
 		if f == nil {
-			f = &tracked{key: k, path: m.Path, hostPath: m.HostPath, users: map[int]bool{}}
+			f = &tracked{key: k, path: m.Path, hostPath: m.HostPath, users: map[int]bool{}, mapped: 1}
 			t.files[k] = f
 			f.users[pid] = true
 			t.byPID[pid] = append(t.byPID[pid], k)
@@ -131,6 +133,7 @@ func (t *tracker) mapped(pid int) {
 		}
 		if !f.users[pid] {
 			f.users[pid] = true
+			f.mapped++
 			t.byPID[pid] = append(t.byPID[pid], k)
 		}
 		if f.hostPath == "" && t.reached != nil {
@@ -139,6 +142,13 @@ func (t *tracker) mapped(pid int) {
 			t.reached(f)
 		}
 	}
+}
+
+// remapped reads pid's mappings again after it unmapped some, which no
+// event reports: it stays a user of the files it still maps.
+func (t *tracker) remapped(pid int) {
+	t.exited(pid)
+	t.mapped(pid)
 }
 
 // exited removes pid from the users of its files.

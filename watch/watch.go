@@ -85,6 +85,12 @@ type Report struct {
 	// empty for a file taken back from a pin that no process mapped yet.
 	HostPath string
 	File     FileID
+	// BuildID is the file's GNU build ID in hex, "" if it has none
+	// (Attached).
+	BuildID string
+	// Processes is how many processes mapped the file while it was
+	// attached (Detached).
+	Processes int
 	// Sites are the file's sites (Attached), with their cookies; each
 	// site's Probe is the probe as given to New, its Target as given.
 	Sites []multiprobe.Site
@@ -169,10 +175,11 @@ type attached struct {
 	file *os.File
 	plan *multiprobe.Plan
 	link *multiprobe.Link
-	// build keys the file's build (see build), "" if it has no build ID;
-	// reused says its plan was retargeted from another copy's.
-	build  string
-	reused bool
+	// build keys the file's build (see build), "" if it has no build ID
+	// (buildID, in hex); reused says its plan was retargeted from another
+	// copy's.
+	build, buildID string
+	reused         bool
 }
 
 // New starts watching. spec is the collection prog was loaded from, after
@@ -213,6 +220,14 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	}
 	w.seed()
 	w.tr.scan()
+	// The seeds did their work: their files are attached, and a program
+	// started from here on runs them probed. Kept mapped, they would
+	// keep this process a user of a file an upgrade replaces, and the
+	// old file attached for the Watch's life.
+	if len(w.seeds) > 0 {
+		closeSeeds(w.seeds)
+		w.tr.remapped(os.Getpid())
+	}
 	for _, a := range stale {
 		if len(a.f.users) == 0 {
 			w.detach(a) // its file was deleted while no Watch ran
@@ -321,7 +336,7 @@ func (w *Watch) appeared(f *tracked, pid int) {
 		return
 	}
 	w.files[f.key] = a
-	w.report(Report{What: Attached, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Sites: w.sites(a),
+	w.report(Report{What: Attached, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), BuildID: a.buildID, Sites: w.sites(a),
 		LeftOut: append(a.plan.LeftOut(), a.link.LeftOut()...), Reused: a.reused})
 }
 
@@ -344,8 +359,8 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	if a.file, err = os.Open(f.hostPath); err != nil {
 		return nil, err
 	}
-	if id := buildID(a.file); id != "" {
-		a.build = id + " " + strings.Join(which, ",")
+	if a.buildID = buildID(a.file); a.buildID != "" {
+		a.build = a.buildID + " " + strings.Join(which, ",")
 	}
 	if err := w.plan(a, probes); err != nil {
 		return nil, err
@@ -511,7 +526,7 @@ func (w *Watch) detach(a *attached) {
 	w.closing.Add(1)
 	go func() {
 		defer w.closing.Done()
-		w.report(Report{What: Detached, Path: f.path, HostPath: f.hostPath, File: f.key.id(), Err: errors.Join(unpinned, a.close())})
+		w.report(Report{What: Detached, Path: f.path, HostPath: f.hostPath, File: f.key.id(), Processes: f.mapped, Err: errors.Join(unpinned, a.close())})
 	}()
 }
 
@@ -526,10 +541,13 @@ func (w *Watch) sweep() {
 
 // File is a file a Watch has attached.
 type File struct {
-	// Path is the file as the first process that mapped it names it.
+	// Path is the file as the first process that mapped it names it;
+	// ID is the file the kernel maps (see Report.File).
 	Path string
-	// Users is how many processes map it now.
-	Users int
+	ID   FileID
+	// Users is how many processes map it now, Processes how many mapped
+	// it since it was attached.
+	Users, Processes int
 	// Link is its link: read its Sites, do not close it.
 	Link *multiprobe.Link
 }
@@ -540,7 +558,7 @@ func (w *Watch) Files() []File {
 	defer w.mu.Unlock()
 	out := make([]File, 0, len(w.files))
 	for _, a := range w.files {
-		out = append(out, File{Path: a.f.path, Users: len(a.f.users), Link: a.link})
+		out = append(out, File{Path: a.f.path, ID: a.f.key.id(), Users: len(a.f.users), Processes: a.f.mapped, Link: a.link})
 	}
 	slices.SortFunc(out, func(a, b File) int {
 		switch {

@@ -108,7 +108,7 @@ type countReport struct {
 	// Files are the files attached, when count followed every process (no
 	// command, no --pid): each as the first process that mapped it names
 	// it. A function's row adds up its calls in every file.
-	Files []string `json:"files,omitempty"`
+	Files []fileEntry `json:"files,omitempty"`
 }
 
 // leftOutSite is a site of Plan.LeftOut or Link.LeftOut.
@@ -296,7 +296,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report, err := c.report(sites, f.trace.top)
+	report, err := c.report(probes, sites, f.trace.top)
 	if err != nil {
 		return err
 	}
@@ -376,7 +376,7 @@ func (c *counter) readHits(site siteLookup, nargs int, strs strArgs, stdout io.W
 // sites called, most calls first, the first top of them if top > 0. A
 // USDT probe inlined at many places has many sites: it is one row, under
 // its first site's offset.
-func (c *counter) report(sites []multiprobe.Site, top int) (countReport, error) {
+func (c *counter) report(probes []multiprobe.Probe, sites []multiprobe.Site, top int) (countReport, error) {
 	report := countReport{Sites: len(sites), Counts: []countedSite{}}
 	counts := make([]uint64, len(sites))
 	for i := range sites {
@@ -385,12 +385,30 @@ func (c *counter) report(sites []multiprobe.Site, top int) (countReport, error) 
 		}
 	}
 	usdtRow := map[string]int{}
-	probeIndex := map[*multiprobe.Probe]int{}
-	for _, s := range sites {
-		if _, ok := probeIndex[s.Probe]; !ok {
-			probeIndex[s.Probe] = len(report.Probes)
-			report.Probes = append(report.Probes, s.Probe.String())
+	// The probes as given, each once however many files a follow run
+	// resolved it in (each file's sites have a Probe of their own).
+	probeIndex := map[string]int{}
+	byPointer := map[*multiprobe.Probe]int{}
+	report.Probes = []string{}
+	index := func(p *multiprobe.Probe) int {
+		if i, ok := byPointer[p]; ok {
+			return i
 		}
+		spec := p.String()
+		i, ok := probeIndex[spec]
+		if !ok {
+			i = len(report.Probes)
+			probeIndex[spec] = i
+			report.Probes = append(report.Probes, spec)
+		}
+		byPointer[p] = i
+		return i
+	}
+	for i := range probes {
+		index(&probes[i])
+	}
+	for _, s := range sites {
+		index(s.Probe)
 	}
 	for i, s := range sites {
 		report.Calls += counts[i]
@@ -408,7 +426,7 @@ func (c *counter) report(sites []multiprobe.Site, top int) (countReport, error) 
 			usdtRow[key] = len(report.Counts)
 		}
 		report.Counts = append(report.Counts, countedSite{
-			Probe: probeIndex[s.Probe], Kind: s.Probe.Kind.String(), Function: s.Label(), Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
+			Probe: index(s.Probe), Kind: s.Probe.Kind.String(), Function: s.Label(), Path: s.Path, Offset: s.Offset, Calls: counts[i], Sites: 1,
 		})
 	}
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {

@@ -39,7 +39,11 @@ func (f *traceFlags) following(command []string) bool {
 type follower struct {
 	mu    sync.Mutex
 	sites map[uint64]multiprobe.Site
-	files []string
+	// files are the files attached, by the file the kernel maps, in the
+	// order they were first attached: one entry a file however often it
+	// is attached again.
+	files  []*fileEntry
+	fileAt map[watch.FileID]*fileEntry
 	// leftOut are the sites left out of the files attached, each once by
 	// file, kind and offset, the first maxFollowLeftOut of them.
 	leftOut     []multiprobe.Site
@@ -53,6 +57,27 @@ type follower struct {
 	// attached, if not nil, is told of each file attached, before its
 	// report is taken in.
 	attached func(watch.Report)
+}
+
+// fileEntry is a file a follow run attached, as --json reports it.
+type fileEntry struct {
+	// Path is the file as the first process that mapped it names it (in
+	// its own root), HostPath as this process reached it.
+	Path     string `json:"path"`
+	HostPath string `json:"host_path"`
+	// Device ("major:minor") and Inode are the file the kernel maps,
+	// which tells two copies of one path apart.
+	Device  string `json:"device"`
+	Inode   uint64 `json:"inode"`
+	BuildID string `json:"build_id,omitempty"`
+	// Sites is how many of its sites are attached.
+	Sites int `json:"sites"`
+	// Processes is how many processes mapped it while it was attached.
+	Processes int `json:"processes"`
+	// Attached is when it was last attached, Detached when it was
+	// detached since (its last process exited and it was unlinked).
+	Attached time.Time  `json:"attached"`
+	Detached *time.Time `json:"detached,omitempty"`
 }
 
 // leftOutKey is a left-out site of a file.
@@ -75,7 +100,14 @@ func (fl *follower) report(r watch.Report) {
 		if fl.attached != nil {
 			fl.attached(r)
 		}
-		fl.files = append(fl.files, r.Path)
+		fe := fl.fileAt[r.File]
+		if fe == nil {
+			fe = &fileEntry{Path: r.Path, HostPath: r.HostPath, Device: fmt.Sprintf("%d:%d", r.File.Major, r.File.Minor), Inode: r.File.Inode, BuildID: r.BuildID}
+			fl.fileAt[r.File] = fe
+			fl.files = append(fl.files, fe)
+		}
+		fe.Sites = len(r.Sites) - len(r.LeftOut)
+		fe.Attached, fe.Detached = time.Now().UTC(), nil
 		for _, s := range r.LeftOut {
 			k := leftOutKey{r.File, s.ProbeKind(), s.Offset}
 			if !fl.leftOutSeen[k] && len(fl.leftOut) < maxFollowLeftOut {
@@ -125,6 +157,10 @@ func (fl *follower) report(r watch.Report) {
 			fmt.Fprintf(fl.stderr, "skipped %s (process %d, %s): %v\n", r.Path, r.PID, where(r), r.Err)
 		}
 	case watch.Detached:
+		if fe := fl.fileAt[r.File]; fe != nil {
+			t := time.Now().UTC()
+			fe.Detached, fe.Processes = &t, r.Processes
+		}
 		if fl.verbose != nil {
 			fmt.Fprintf(fl.verbose, "detached %s (%s)\n", r.Path, where(r))
 		}
@@ -196,7 +232,7 @@ func checkTargets(probes []multiprobe.Probe, opts *multiprobe.Options, stderr io
 type followed struct {
 	end   countEnd
 	sites []multiprobe.Site // of every file attached, by cookie
-	files []string
+	files []fileEntry
 	// skipped is how many files matched and could not be attached.
 	skipped int
 	// leftOut are the sites of the files attached that are not.
@@ -206,7 +242,8 @@ type followed struct {
 // newFollower makes the view of a follow run; attached, if not nil, is
 // told of each file attached, before the follower's own bookkeeping.
 func newFollower(stderr io.Writer, verbose bool, attached func(watch.Report)) *follower {
-	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached, skipped: map[string]bool{}, leftOutSeen: map[leftOutKey]bool{}}
+	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached, skipped: map[string]bool{},
+		fileAt: map[watch.FileID]*fileEntry{}, leftOutSeen: map[leftOutKey]bool{}}
 	if verbose {
 		fl.verbose = stderr
 	}
@@ -254,7 +291,15 @@ func (fl *follower) follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec,
 	}
 	out.end.elapsed = time.Since(start)
 	progs := []*ebpf.Program{prog}
-	for _, f := range w.Files() {
+	live := w.Files()
+	fl.mu.Lock()
+	for _, f := range live {
+		if fe := fl.fileAt[f.ID]; fe != nil {
+			fe.Processes = f.Processes
+		}
+	}
+	fl.mu.Unlock()
+	for _, f := range live {
 		for _, p := range f.Link.Programs() {
 			if !slices.Contains(progs, p) {
 				progs = append(progs, p)
@@ -271,7 +316,10 @@ func (fl *follower) follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec,
 		return out, err
 	}
 	fl.mu.Lock()
-	out.files = slices.Clone(fl.files)
+	out.files = make([]fileEntry, len(fl.files))
+	for i, fe := range fl.files {
+		out.files[i] = *fe
+	}
 	out.skipped = len(fl.skipped)
 	out.leftOut = fl.leftOut
 	fl.mu.Unlock()
@@ -384,7 +432,7 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 			return fmt.Errorf("--profile: %w", err)
 		}
 	}
-	report, err := c.report(fw.sites, 0)
+	report, err := c.report(probes, fw.sites, 0)
 	if err != nil {
 		return err
 	}
@@ -395,9 +443,6 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	}
 	report.Kernel, report.Path, report.Duration = tr.features.Release, tr.features.Path().String(), fw.end.elapsed
 	report.Files = fw.files
-	if report.Files == nil {
-		report.Files = []string{}
-	}
 	report.LeftOut = leftOut(fw.leftOut)
 	if err := report.finish(f, fw.end, hitLog, c); err != nil {
 		return err

@@ -192,3 +192,109 @@ func TestLatencyFollow(t *testing.T) {
 		t.Errorf("files %v, want the one", r.Files)
 	}
 }
+
+// TestCountFollowFiles: --json of a follow run has one files entry a
+// file however many processes run it: 100 short-lived runs of one file
+// are one entry (with the processes the watch saw: one that exits within
+// microseconds may be gone before it reads its maps); the file replaced (a new inode at the
+// same path, as an upgrade does) and its old one deleted is a second
+// entry, and the first says when it was detached. The probes are the
+// specs as given, each once, and the counts are the runs'.
+func TestCountFollowFiles(t *testing.T) {
+	probetest.RequireBPF(t)
+	testutil.SkipOnMTTCG(t)
+	const n, calls, runs = 5, 1, 100
+	target := filepath.Join(t.TempDir(), "churn")
+	if err := os.Rename(testprogs.PrivateTarget(t, n), target); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out, stderr := startCLI(t, "count", "--json", "-v", "--duration", "60", "uprobe:"+target+":func_*")
+	lines := make(chan string, 1000)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	await := func(prefix string) {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("count ended before saying %q", prefix)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("count did not say %q", prefix)
+			}
+		}
+	}
+	await("attached " + target)
+	for range runs {
+		if o, err := exec.Command(target, fmt.Sprint(calls)).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", target, err, o)
+		}
+	}
+	// An upgrade: the new file renamed over the old, which goes once no
+	// process runs it.
+	next := target + ".new"
+	data, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(next, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, target); err != nil {
+		t.Fatal(err)
+	}
+	// The first exec of the new file maps it, and the watch attaches it
+	// then: the second run is counted whole. An exit lets the watch see
+	// the old one unlinked and idle.
+	for i := range 2 {
+		if o, err := exec.Command(target, fmt.Sprint(calls)).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", target, err, o)
+		}
+		if i == 0 {
+			await("attached " + target)
+		}
+	}
+	await("detached " + target)
+	cmd.Process.Signal(os.Interrupt)
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("count: %v", err)
+	}
+	var r countReport
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if len(r.Probes) != 1 || r.Probes[0] != "uprobe:"+target+":func_*" {
+		t.Errorf("probes %q, want the one spec as given", r.Probes)
+	}
+	if len(r.Files) != 2 {
+		t.Fatalf("files %+v, want the file and its replacement", r.Files)
+	}
+	old, cur := r.Files[0], r.Files[1]
+	if old.Inode == cur.Inode || old.Path != target || cur.Path != target || old.Detached == nil || cur.Detached != nil ||
+		old.Processes < runs/2 || old.Sites != n || cur.Sites != n || old.BuildID == "" || old.BuildID != cur.BuildID {
+		t.Errorf("files %+v, %+v: want %s twice, two inodes, the first detached and run %d times, %d sites each, one build", old, cur, target, runs, n)
+	}
+	// Every call into the old file, attached from the start, counts; the
+	// new one is attached a moment after its first mapping, which may
+	// miss the first run's calls, not the second's.
+	for i := range n {
+		e := uint64(testprogs.ExpectedCalls(i, calls))
+		low, high := (runs+1)*e, (runs+2)*e
+		for _, c := range r.Counts {
+			if c.Function == testprogs.FuncName(i) && (c.Calls < low || c.Calls > high) {
+				t.Errorf("%s: %d calls, want %d to %d", c.Function, c.Calls, low, high)
+			}
+		}
+	}
+}

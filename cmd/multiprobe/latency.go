@@ -96,7 +96,7 @@ type latencyReport struct {
 	Omitted   int               `json:"omitted,omitempty"`
 	// Files are the files attached when latency followed every process
 	// (no command, no --pid).
-	Files []string `json:"files,omitempty"`
+	Files []fileEntry `json:"files,omitempty"`
 	// LeftOut are the sites the globs selected that are not timed, and
 	// why (see countReport.LeftOut): a return probe's as well as an
 	// entry's.
@@ -250,9 +250,6 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	}
 	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
 	report.Files = fw.files
-	if report.Files == nil {
-		report.Files = []string{}
-	}
 	report.LeftOut = leftOut(fw.leftOut)
 	if err := writeLatencyReport(stdout, tf, &report, fw.end); err != nil {
 		return err
@@ -431,11 +428,21 @@ func (lt *latencyTimer) report(elapsed time.Duration) (latencyReport, error) {
 	if lt.session {
 		r.Mode = "session"
 	}
+	// Each probe once by its spec, however many files a follow run
+	// resolved it in (each file's sites have a Probe of their own).
 	probeIndex := map[*multiprobe.Probe]int{}
+	bySpec := map[string]int{}
+	r.Probes = []string{}
 	for _, s := range lt.fns {
 		if _, ok := probeIndex[s.Probe]; !ok {
-			probeIndex[s.Probe] = len(r.Probes)
-			r.Probes = append(r.Probes, s.Probe.String())
+			spec := s.Probe.String()
+			i, ok := bySpec[spec]
+			if !ok {
+				i = len(r.Probes)
+				bySpec[spec] = i
+				r.Probes = append(r.Probes, spec)
+			}
+			probeIndex[s.Probe] = i
 		}
 	}
 	if err := lt.coll.Maps["unmatched"].Lookup(uint32(0), &r.Unmatched); err != nil {
