@@ -64,6 +64,7 @@ type Link struct {
 	updateMu sync.Mutex // serialises Update
 
 	mu     sync.Mutex
+	forks  *pidfilter.Forks  // with Options.Descendants: the set follows forks
 	filter *pidfilter.Filter // the link's own in-BPF pid filter, if it has one
 	pids   []int             // what l holds in filter
 }
@@ -131,13 +132,24 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 		}
 	}
 	if pids := pl.inBPFPIDs(); pids != nil {
-		if l.filter, err = pidfilter.NewFilter(uint32(max(len(pids), pidfilter.DefaultMaxPIDs))); err != nil {
+		size := max(len(pids), pidfilter.DefaultMaxPIDs)
+		if pl.opts.Descendants {
+			size = max(len(pids), DescendantPIDs)
+		}
+		if l.filter, err = pidfilter.NewFilter(uint32(size)); err != nil {
 			return nil, fmt.Errorf("multiprobe: %w", err)
 		}
 		if err := l.filter.Acquire(pids...); err != nil {
 			return nil, fmt.Errorf("multiprobe: %w", err)
 		}
 		l.pids = pids
+		// Following forks before any site is attached: a child made
+		// from here on is in the set before it runs.
+		if pl.opts.Descendants {
+			if l.forks, err = l.filter.FollowForks(); err != nil {
+				return nil, fmt.Errorf("multiprobe: Options.Descendants: %w", err)
+			}
+		}
 	}
 	usdtCookie, specIDs, err := pl.acquireSpecs(maps)
 	if err != nil {
@@ -211,6 +223,12 @@ func (l *Link) attachUnit(pl *Plan, prog *ebpf.Program, maps progMaps, kind Kind
 	}
 	return u, nil
 }
+
+// DescendantPIDs is how many processes a Link with Options.Descendants
+// has room for at once in its pid set (a process, or a thread, that
+// joins it while it is full is not counted): a build's compilers, a
+// shell's pipelines.
+const DescendantPIDs = 1 << 15
 
 // leaveOut takes in the sites of kind that the kernel refused as it
 // attached targets, for a reason of the site's own (another tracer's
@@ -395,6 +413,10 @@ func (l *Link) Close() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.forks != nil {
+		errs = append(errs, l.forks.Close())
+		l.forks = nil
+	}
 	if l.filter != nil {
 		errs = append(errs, l.filter.Close())
 		l.filter, l.pids = nil, nil

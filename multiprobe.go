@@ -108,6 +108,15 @@ type Options struct {
 	// PID, if set), through each Link's own in-BPF filter. A Link's set can
 	// be changed while attached with Link.SetPIDs.
 	PIDs []int
+	// Descendants counts the calls of the processes that PID and PIDs
+	// make, and of theirs, too: a child joins the Link's pid set as the
+	// kernel makes it, before it runs, and leaves it at its exit (see
+	// pidfilter.Filter.FollowForks), so that a command's calls count
+	// also when a shell, timeout, a pipeline or a shim runs the target.
+	// The filter is then always the Link's in-BPF one, with room for
+	// DescendantPIDs processes at once. It needs kernel BTF. A pinned
+	// Link follows forks while the Link that pinned it is open.
+	Descendants bool
 	// DebugDirs are where a stripped binary's separate debug file, whose
 	// symbols complete its own, is looked for (see elfsym.OpenFileOptions):
 	// nil means /usr/lib/debug, an empty non-nil slice nowhere.

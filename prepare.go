@@ -188,7 +188,9 @@ func (pl *Plan) inBPFPIDs() []int {
 	if len(pids) == 0 {
 		return nil
 	}
-	if len(pl.opts.PIDs) == 0 && pl.features.Path() == kernelprobe.PathUprobeMulti && pl.features.UprobeMultiPIDFilter {
+	// The kernel's filter takes one pid, fixed at attach; descendants
+	// join the in-BPF set as they are made.
+	if len(pl.opts.PIDs) == 0 && !pl.opts.Descendants && pl.features.Path() == kernelprobe.PathUprobeMulti && pl.features.UprobeMultiPIDFilter {
 		return nil
 	}
 	return pids

@@ -210,17 +210,23 @@ func (f *Filter) adjust(pid int, delta int) error {
 		}
 		return nil
 	}
+	mark, err := f.mark(pid)
+	if err != nil {
+		return err
+	}
 	switch next := int64(n) + int64(delta); {
 	case next < 0:
 		return fmt.Errorf("pidfilter: releasing pid %d from %v: %w", pid, f.m, ErrNotHeld)
-	case next == 0:
+	case next == 0 && mark == 0:
 		if err := f.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("pidfilter: removing pid %d from %v: %w", pid, f.m, err)
 		}
-	case next > int64(^uint32(0)):
+	case next >= descendant:
 		return fmt.Errorf("pidfilter: pid %d in %v: reference count overflows", pid, f.m)
 	default:
-		if err := f.m.Update(key, uint32(next), ebpf.UpdateAny); err != nil {
+		// A descendant (FollowForks) stays one: it leaves the set at
+		// its exit once no holder holds it.
+		if err := f.m.Update(key, uint32(next)|mark, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("pidfilter: adding pid %d to %v (capacity %d): %w", pid, f.m, f.m.MaxEntries(), err)
 		}
 	}
@@ -246,6 +252,22 @@ func (f *Filter) count(pid int) (uint32, error) {
 		}
 		return n, nil
 	}
+	n, err := f.value(pid)
+	return n &^ descendant, err
+}
+
+// mark is pid's descendant mark (see FollowForks), 0 if it has none.
+func (f *Filter) mark(pid int) (uint32, error) {
+	if pid == AllPIDs {
+		return 0, nil
+	}
+	n, err := f.value(pid)
+	return n & descendant, err
+}
+
+// value is pid's value in the set, 0 when it is not in it.
+func (f *Filter) value(pid int) (uint32, error) {
+	var n uint32
 	err := f.m.Lookup(uint32(pid), &n)
 	switch {
 	case errors.Is(err, ebpf.ErrKeyNotExist):

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -35,7 +36,7 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage:      "[--pid PID | -v] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
+		usage:      "[--pid PID] [-f] [-v] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
 		short:      "count calls per function through one uprobe_multi link per binary (root)",
 		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...
@@ -289,6 +290,11 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		defer statsOff.Close()
 	}
 
+	if f.trace.pid != 0 {
+		for _, p := range unmapped(f.trace.pid, sites) {
+			fmt.Fprintf(stderr, "process %d does not map %s: only what it maps later (dlopen) can count\n", f.trace.pid, p)
+		}
+	}
 	end, err := tr.run(plan, c.prog, stderr)
 	if c.stopHits != nil {
 		c.stopHits()
@@ -306,8 +312,61 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err := report.finish(f, end, hitLog, c); err != nil {
 		return err
 	}
-	return report.write(stdout, f, end)
+	err = report.write(stdout, f, end)
+	if report.Calls == 0 && report.Sites > 0 && tr.child != nil && !f.trace.children {
+		zeroHint(stderr, tr.child, sites)
+	}
+	return err
 }
+
+// unmapped returns the files of sites that process pid does not map now.
+func unmapped(pid int, sites []multiprobe.Site) []string {
+	maps, err := elfsym.ExecutableMappings(pid)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, path := range sitePaths(sites) {
+		var st unix.Stat_t
+		if unix.Stat(path, &st) != nil {
+			continue
+		}
+		if !slices.ContainsFunc(maps, func(m elfsym.Mapping) bool { return m.Inode == st.Ino }) {
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// sitePaths are the files of sites, each once, in order.
+func sitePaths(sites []multiprobe.Site) []string {
+	var out []string
+	for _, s := range sites {
+		if len(out) == 0 || out[len(out)-1] != s.Path {
+			if !slices.Contains(out, s.Path) {
+				out = append(out, s.Path)
+			}
+		}
+	}
+	return out
+}
+
+// zeroHint says, after a command that made no counted call, the likely
+// cause it can see: the command ran another program than a target (a
+// shell script, a shim that runs the real program, timeout), whose calls
+// were in a child, which the pid filter leaves out without -f.
+func zeroHint(stderr io.Writer, child *stoppedCommand, sites []multiprobe.Site) {
+	paths := sitePaths(sites)
+	if child.exe != "" && !slices.ContainsFunc(paths, func(p string) bool { return sameFile(p, child.exe) }) && !slices.ContainsFunc(paths, isLibrary) {
+		fmt.Fprintf(stderr, "no call counted: %s ran %s, not %s; if it runs that in a child, -f counts the command's descendants too\n",
+			child.name, child.exe, strings.Join(paths, ", "))
+		return
+	}
+	fmt.Fprintf(stderr, "no call counted: if %s runs the target in a child process (a shell, timeout, a pipeline), -f counts its descendants too\n", child.name)
+}
+
+// isLibrary reports whether path is a shared library by its name.
+func isLibrary(path string) bool { return strings.Contains(filepath.Base(path), ".so") }
 
 // finish adds to the report what --stats, --profile and --args asked for
 // (the profile written where -o and --folded say), in every mode alike.
@@ -673,6 +732,7 @@ func processExit(pid int) <-chan struct{} {
 type stoppedCommand struct {
 	*stopped.Process
 	name string
+	exe  string // the program it runs, as /proc/PID/exe says, "" if unknown
 }
 
 func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*stoppedCommand, error) {
@@ -687,7 +747,10 @@ func startStopped(command []string, stdout, stderr io.Writer, asJSON bool) (*sto
 	if err != nil {
 		return nil, startError(command[0], err)
 	}
-	return &stoppedCommand{Process: p, name: command[0]}, nil
+	// Stopped after its exec: the program it runs (an interpreter, for
+	// a script).
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.PID()))
+	return &stoppedCommand{Process: p, name: command[0], exe: exe}, nil
 }
 
 // startError says why command could not start, in one line: "cannot run

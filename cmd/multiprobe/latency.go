@@ -20,7 +20,7 @@ import (
 
 func init() {
 	commands["latency"] = &command{
-		usage:      "[--pid PID | -v] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
+		usage:      "[--pid PID] [-f] [-v] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
 		short:      "per-function latency histograms over many functions at once (root)",
 		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], with globs, as bpftrace

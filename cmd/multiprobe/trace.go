@@ -19,8 +19,11 @@ type traceFlags struct {
 	duration secondsFlag
 	top      int
 	asJSON   bool
-	// verbose prints a line per file followed (no command, no --pid).
+	// verbose prints a line per file attached (and, following every
+	// process, skipped or detached).
 	verbose bool
+	// children counts the command's (or --pid's) descendants too.
+	children bool
 	// profiling, where a command sets it, profiles the program while it
 	// runs (count --profile).
 	profiling *profileFlags
@@ -35,6 +38,8 @@ func (f *traceFlags) register(fs *flag.FlagSet, rows string) {
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout; the command after \"--\" then writes its stdout to stderr")
 	fs.BoolVar(&f.verbose, "verbose", false, "print a line to stderr for each file attached (its device and inode), and when following every process, skipped or detached")
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
+	fs.BoolVar(&f.children, "follow-children", false, "count the calls of the command's (or --pid's) descendants too, as strace -f follows them: a child joins as it is made")
+	fs.BoolVar(&f.children, "f", false, "short for --follow-children")
 }
 
 // check refuses flags that make no sense with the probe specs and the
@@ -54,6 +59,9 @@ func (f *traceFlags) check(specs, command []string) error {
 	}
 	if command != nil && len(command) == 0 {
 		return usagef(`"--" with no command after it`)
+	}
+	if f.children && f.following(command) {
+		return usagef("--follow-children follows a command's or --pid's descendants: with neither, every process counts already")
 	}
 	return nil
 }
@@ -80,7 +88,7 @@ func newTracer(f *traceFlags, command []string, rawStdout, rawStderr, stdout, st
 	if err := bpfsys.RaiseMemlock(); err != nil {
 		return nil, err
 	}
-	t.opts = &multiprobe.Options{Features: &t.features, PID: f.pid, Progress: terminalProgress(rawStderr)}
+	t.opts = &multiprobe.Options{Features: &t.features, PID: f.pid, Descendants: f.children, Progress: terminalProgress(rawStderr)}
 	if len(command) == 0 {
 		return t, nil
 	}
