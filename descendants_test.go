@@ -15,7 +15,7 @@ import (
 // On both paths.
 func TestDescendants(t *testing.T) {
 	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
-		const n, calls = 10, 2
+		const n, calls = 20, 2 // (a size the VM runner prebuilds)
 		target := testprogs.PrivateTarget(t, n)
 		sh := probetest.StartStopped(t, "/bin/sh", "-c", target+" 2 | cat >/dev/null; timeout 10 "+target+" 2 >/dev/null")
 		c, plans := setup(t, f, multiprobe.Options{PID: sh.PID(), Descendants: true}, []string{"uprobe:" + target + ":func_*"})

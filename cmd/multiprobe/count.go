@@ -202,6 +202,7 @@ type countFlags struct {
 	withArgs  bool
 	nargs     int
 	strs      strArgs
+	maxRate   int
 }
 
 // parseCountFlags parses count's command line into its flags, probe specs
@@ -215,6 +216,7 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 	f.profile.register(fs)
 	fs.BoolVar(&f.withArgs, "args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	fs.IntVar(&f.nargs, "nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
+	fs.IntVar(&f.maxRate, "max-rate", defaultMaxRate, "warn, after the first second, when the probes hit more than `N` times a second (each hit traps into the kernel, which slows the traced programs), naming the hottest sites; 0 never warns")
 	fs.Var(&f.strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
 	if specs, command, err = parseFlags(fs, args); err != nil {
 		return nil, nil, nil, err
@@ -223,6 +225,8 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 		return nil, nil, nil, err
 	}
 	switch {
+	case f.maxRate < 0:
+		return nil, nil, nil, usagef("--max-rate %d: want a number of hits a second, or 0", f.maxRate)
 	case f.nargs < 0 || f.nargs > 6:
 		return nil, nil, nil, usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", f.nargs)
 	case len(f.strs) > 0 && !f.withArgs:
@@ -295,7 +299,9 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "process %d does not map %s: only what it maps later (dlopen) can count\n", f.trace.pid, p)
 		}
 	}
+	meter := startHitMeter(c.counts, func() int { return len(sites) }, func(i uint32) string { return sites[i].Label() }, f.maxRate, stderr)
 	end, err := tr.run(plan, c.prog, stderr)
+	meter.stop()
 	if c.stopHits != nil {
 		c.stopHits()
 	}

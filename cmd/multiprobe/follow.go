@@ -250,6 +250,20 @@ func newFollower(stderr io.Writer, verbose bool, attached func(watch.Report)) *f
 	return fl
 }
 
+// slots is how many of the counter's slots hold the sites of the files
+// attached so far: one past the highest cookie counted.
+func (fl *follower) slots() int {
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	n := 0
+	for c := range fl.sites {
+		if c < followSlots {
+			n = max(n, int(c)+1)
+		}
+	}
+	return n
+}
+
 // lookup finds the site of a cookie among the files attached so far: how
 // --args names a hit in a follow run.
 func (fl *follower) lookup(cookie uint32) (multiprobe.Site, bool) {
@@ -420,7 +434,9 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 		}
 		defer prof.close()
 	}
+	meter := startHitMeter(c.counts, fl.slots, func(i uint32) string { s, _ := fl.lookup(i); return s.Label() }, f.maxRate, stderr)
 	fw, err := fl.follow(probes, spec, c.prog, *tr.opts, time.Duration(f.trace.duration))
+	meter.stop()
 	if c.stopHits != nil {
 		c.stopHits()
 	}
