@@ -78,6 +78,14 @@ type countedSite struct {
 	// Sites is how many sites of the probe were hit (a USDT probe can be
 	// inlined at many places).
 	Sites int `json:"sites"`
+	// With --by pid: the process (its command name, "" once it exited);
+	// with --by container: its cgroup (the path under the cgroup v2
+	// root) and the container id that path holds, if any. With --by file
+	// a row is per Path.
+	PID       int    `json:"pid,omitempty"`
+	Comm      string `json:"comm,omitempty"`
+	Cgroup    string `json:"cgroup,omitempty"`
+	Container string `json:"container,omitempty"`
 }
 
 type countReport struct {
@@ -94,6 +102,11 @@ type countReport struct {
 	Counts []countedSite `json:"counts"`
 	// Omitted is how many called sites --top left out.
 	Omitted int `json:"omitted,omitempty"`
+	// By is --by: pid, file or container ("" for none); Unattributed
+	// are the calls --by pid or container had no room to attribute
+	// (they are in calls).
+	By           byFlag `json:"by,omitempty"`
+	Unattributed uint64 `json:"unattributed,omitempty"`
 	// Stats are the kernel's run-time statistics for the probe program,
 	// with --stats.
 	Stats *progStats `json:"stats,omitempty"`
@@ -203,6 +216,7 @@ type countFlags struct {
 	nargs     int
 	strs      strArgs
 	maxRate   int
+	by        byFlag
 }
 
 // parseCountFlags parses count's command line into its flags, probe specs
@@ -217,6 +231,7 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 	fs.BoolVar(&f.withArgs, "args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	fs.IntVar(&f.nargs, "nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
 	fs.IntVar(&f.maxRate, "max-rate", defaultMaxRate, "warn, after the first second, when the probes hit more than `N` times a second (each hit traps into the kernel, which slows the traced programs), naming the hottest sites; 0 never warns")
+	fs.Var(&f.by, "by", "count each function by `WHO` as well: pid (the calling process), file (the file the site is in) or container (the caller's cgroup, and the container id it names)")
 	fs.Var(&f.strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
 	if specs, command, err = parseFlags(fs, args); err != nil {
 		return nil, nil, nil, err
@@ -229,6 +244,8 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 		return nil, nil, nil, usagef("--max-rate %d: want a number of hits a second, or 0", f.maxRate)
 	case f.nargs < 0 || f.nargs > 6:
 		return nil, nil, nil, usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", f.nargs)
+	case f.by != byNone && f.withArgs:
+		return nil, nil, nil, usagef("--by counts, --args prints each hit: give one")
 	case len(f.strs) > 0 && !f.withArgs:
 		return nil, nil, nil, usagef("--str prints arguments: give --args too")
 	}
@@ -272,7 +289,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer plan.Close()
-	c, err := loadCounter(plan, f.withArgs, f.strs)
+	c, err := loadCounter(plan, f.withArgs, f.strs, f.by)
 	if err != nil {
 		return err
 	}
@@ -308,7 +325,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report, err := c.report(probes, sites, f.trace.top)
+	report, err := c.report(probes, sites, f.trace.top, f.by)
 	if err != nil {
 		return err
 	}
@@ -441,7 +458,7 @@ func (c *counter) readHits(site siteLookup, nargs int, strs strArgs, stdout io.W
 // sites called, most calls first, the first top of them if top > 0. A
 // USDT probe inlined at many places has many sites: it is one row, under
 // its first site's offset.
-func (c *counter) report(probes []multiprobe.Probe, sites []multiprobe.Site, top int) (countReport, error) {
+func (c *counter) report(probes []multiprobe.Probe, sites []multiprobe.Site, top int, by byFlag) (countReport, error) {
 	report := countReport{Sites: len(sites), Counts: []countedSite{}}
 	counts := make([]uint64, len(sites))
 	for i := range sites {
@@ -497,6 +514,17 @@ func (c *counter) report(probes []multiprobe.Probe, sites []multiprobe.Site, top
 	slices.SortStableFunc(report.Counts, func(a, b countedSite) int {
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind))
 	})
+	report.By = by
+	if by == byPID || by == byContainer {
+		byCookie := make(map[uint32]multiprobe.Site, len(sites))
+		for _, s := range sites {
+			byCookie[uint32(s.Cookie)] = s
+		}
+		var err error
+		if report.Counts, report.Unattributed, err = c.rowsBy(by, byCookie, index, report.Calls); err != nil {
+			return report, err
+		}
+	}
 	if top > 0 && len(report.Counts) > top {
 		report.Omitted = len(report.Counts) - top
 		report.Counts = report.Counts[:top]
@@ -517,9 +545,20 @@ func (report *countReport) writeText(w io.Writer, profileTop int, verbose bool) 
 	for _, c := range report.Counts {
 		kindWidth = max(kindWidth, len(c.Kind))
 	}
-	fmt.Fprintf(w, "%*s  %-*s  %s\n", width, "CALLS", kindWidth, "KIND", "FUNCTION")
-	for _, c := range report.Counts {
-		fmt.Fprintf(w, "%*d  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, c.Function)
+	if report.By == byNone {
+		fmt.Fprintf(w, "%*s  %-*s  %s\n", width, "CALLS", kindWidth, "KIND", "FUNCTION")
+		for _, c := range report.Counts {
+			fmt.Fprintf(w, "%*d  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, c.Function)
+		}
+	} else {
+		fnWidth := len("FUNCTION")
+		for _, c := range report.Counts {
+			fnWidth = max(fnWidth, len(c.Function))
+		}
+		fmt.Fprintf(w, "%*s  %-*s  %-*s  %s\n", width, "CALLS", kindWidth, "KIND", fnWidth, "FUNCTION", strings.ToUpper(string(report.By)))
+		for _, c := range report.Counts {
+			fmt.Fprintf(w, "%*d  %-*s  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, fnWidth, c.Function, c.who(report.By))
+		}
 	}
 	if report.Omitted > 0 {
 		fmt.Fprintf(w, "(%d more %s called, left out by --top)\n", report.Omitted, plural(report.Omitted, "site", "sites"))
@@ -527,6 +566,9 @@ func (report *countReport) writeText(w io.Writer, profileTop int, verbose bool) 
 	fmt.Fprintf(w, "%d %s to %d of %d %s in %v (%s)\n",
 		report.Calls, plural(int(min(report.Calls, 2)), "call", "calls"), report.Called, report.Sites, plural(report.Sites, "site", "sites"),
 		report.Duration.Round(time.Millisecond), report.Path)
+	if report.Unattributed > 0 {
+		fmt.Fprintf(w, "%d calls not attributed by %s: the table of %d was full\n", report.Unattributed, report.By, maxByCounts)
+	}
 	writeLeftOut(w, report.LeftOut)
 	if report.Files != nil {
 		fmt.Fprintf(w, "in %d %s, following every process%s\n", len(report.Files), plural(len(report.Files), "file", "files"), namesThem(verbose))
@@ -819,12 +861,13 @@ func (c *stoppedCommand) stop(stderr io.Writer) {
 type counter struct {
 	prog                  *ebpf.Program
 	counts, hits, dropped *ebpf.Map
+	byCounts              *ebpf.Map // --by pid or container
 	close                 func() error
 	stopHits              func()
 }
 
-func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, error) {
-	spec, err := counterSpec(withArgs, strs)
+func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs, by byFlag) (*counter, error) {
+	spec, err := counterSpec(withArgs, strs, by)
 	if err != nil {
 		return nil, err
 	}
@@ -837,7 +880,7 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs) (*counter, 
 
 // counterSpec is the counting program's spec: count.c, or count_args.c
 // with --args, reading strs as strings.
-func counterSpec(withArgs bool, strs strArgs) (*ebpf.CollectionSpec, error) {
+func counterSpec(withArgs bool, strs strArgs, by byFlag) (*ebpf.CollectionSpec, error) {
 	load := loadCount
 	if withArgs {
 		if err := knownRegisters("--args"); err != nil {
@@ -855,6 +898,10 @@ func counterSpec(withArgs bool, strs strArgs) (*ebpf.CollectionSpec, error) {
 		if err := spec.Variables["str_arg"].Set(sel); err != nil {
 			return nil, fmt.Errorf("--str: %w", err)
 		}
+		return spec, nil
+	}
+	if err := setBy(spec, by); err != nil {
+		return nil, err
 	}
 	return spec, nil
 }
@@ -865,7 +912,7 @@ func newCounter(spec *ebpf.CollectionSpec, withArgs bool) (*counter, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &counter{counts: coll.Maps["counts"], close: func() error { coll.Close(); return nil }}
+	c := &counter{counts: coll.Maps["counts"], byCounts: coll.Maps["by_counts"], close: func() error { coll.Close(); return nil }}
 	if withArgs {
 		c.prog, c.hits, c.dropped = coll.Programs["count_args"], coll.Maps["hits"], coll.Maps["dropped"]
 	} else {

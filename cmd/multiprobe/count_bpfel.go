@@ -8,16 +8,26 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type countByKey struct {
+	_    structs.HostLayout
+	Site uint32
+	Pad  uint32
+	Who  uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	countMapByCounts      = "by_counts"
 	countMapCounts        = "counts"
 	countProgCountCall    = "count_call"
+	countVarBy            = "by"
 	countVarMpCookieFixed = "mp_cookie_fixed"
 	countVarMpCookieValue = "mp_cookie_value"
 )
@@ -71,13 +81,15 @@ type countProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type countMapSpecs struct {
-	Counts *ebpf.MapSpec `ebpf:"counts"`
+	ByCounts *ebpf.MapSpec `ebpf:"by_counts"`
+	Counts   *ebpf.MapSpec `ebpf:"counts"`
 }
 
 // countVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type countVariableSpecs struct {
+	By            *ebpf.VariableSpec `ebpf:"by"`
 	MpCookieFixed *ebpf.VariableSpec `ebpf:"mp_cookie_fixed"`
 	MpCookieValue *ebpf.VariableSpec `ebpf:"mp_cookie_value"`
 }
@@ -102,11 +114,13 @@ func (o *countObjects) Close() error {
 //
 // It can be passed to loadCountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countMaps struct {
-	Counts *ebpf.Map `ebpf:"counts"`
+	ByCounts *ebpf.Map `ebpf:"by_counts"`
+	Counts   *ebpf.Map `ebpf:"counts"`
 }
 
 func (m *countMaps) Close() error {
 	return _CountClose(
+		m.ByCounts,
 		m.Counts,
 	)
 }
@@ -115,6 +129,7 @@ func (m *countMaps) Close() error {
 //
 // It can be passed to loadCountObjects or ebpf.CollectionSpec.LoadAndAssign.
 type countVariables struct {
+	By            *ebpf.Variable `ebpf:"by"`
 	MpCookieFixed *ebpf.Variable `ebpf:"mp_cookie_fixed"`
 	MpCookieValue *ebpf.Variable `ebpf:"mp_cookie_value"`
 }

@@ -365,12 +365,19 @@ func (fw *followed) done(probes []multiprobe.Probe, stderr io.Writer) error {
 // mergeRows adds up the rows of one kind and function: copies of a
 // function in several builds of a library (each build has cookies of its
 // own) are one row, as they are one function to the reader.
-func mergeRows(rows []countedSite) []countedSite {
-	type key struct{ kind, fn string }
+func mergeRows(rows []countedSite, by byFlag) []countedSite {
+	type key struct {
+		kind, fn, path string
+		pid            int
+		cgroup         string
+	}
 	at := map[key]int{}
 	out := rows[:0]
 	for _, r := range rows {
-		k := key{r.Kind, r.Function}
+		k := key{kind: r.Kind, fn: r.Function, pid: r.PID, cgroup: r.Cgroup}
+		if by == byFile {
+			k.path = r.Path
+		}
 		if i, ok := at[k]; ok {
 			out[i].Calls += r.Calls
 			out[i].Sites += r.Sites
@@ -382,9 +389,7 @@ func mergeRows(rows []countedSite) []countedSite {
 		at[k] = len(out)
 		out = append(out, r)
 	}
-	slices.SortStableFunc(out, func(a, b countedSite) int {
-		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind))
-	})
+	sortRows(out)
 	return out
 }
 
@@ -394,7 +399,7 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	if err := checkTargets(probes, tr.opts, stderr); err != nil {
 		return err
 	}
-	spec, err := counterSpec(f.withArgs, f.strs)
+	spec, err := counterSpec(f.withArgs, f.strs, f.by)
 	if err != nil {
 		return err
 	}
@@ -448,11 +453,11 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 			return fmt.Errorf("--profile: %w", err)
 		}
 	}
-	report, err := c.report(probes, fw.sites, 0)
+	report, err := c.report(probes, fw.sites, 0, f.by)
 	if err != nil {
 		return err
 	}
-	report.Counts = mergeRows(report.Counts)
+	report.Counts = mergeRows(report.Counts, f.by)
 	if top := f.trace.top; top > 0 && len(report.Counts) > top {
 		report.Omitted = len(report.Counts) - top
 		report.Counts = report.Counts[:top]

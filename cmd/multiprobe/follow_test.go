@@ -122,7 +122,7 @@ func TestMergeRows(t *testing.T) {
 		{Kind: "uprobe", Function: "free", Path: "/a/libc.so.6", Calls: 4, Sites: 1},
 		{Kind: "uprobe", Function: "malloc", Path: "/b/libc.so.6", Calls: 2, Sites: 1},
 		{Kind: "uretprobe", Function: "malloc", Path: "/a/libc.so.6", Calls: 1, Sites: 1},
-	})
+	}, byNone)
 	want := []countedSite{
 		{Kind: "uprobe", Function: "malloc", Path: "", Calls: 5, Sites: 2},
 		{Kind: "uprobe", Function: "free", Path: "/a/libc.so.6", Calls: 4, Sites: 1},

@@ -125,7 +125,7 @@ func TestProfileCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plan.Close()
-	c, err := loadCounter(plan, false, nil)
+	c, err := loadCounter(plan, false, nil, byNone)
 	if err != nil {
 		t.Fatal(err)
 	}

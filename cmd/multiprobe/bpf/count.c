@@ -18,6 +18,28 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
+// With --by, each call is also counted by who made it: BY_PID its process
+// (the tgid), BY_CGROUP its cgroup (the cgroup v2 id, which names a
+// container). The CLI sets by and sizes by_counts; a call that finds the
+// table full is in counts only.
+#define BY_NONE 0
+#define BY_PID 1
+#define BY_CGROUP 2
+volatile const __u32 by = BY_NONE;
+
+struct by_key {
+	__u32 site;
+	__u32 pad;
+	__u64 who;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); // resized by the CLI with --by
+	__type(key, struct by_key);
+	__type(value, __u64);
+} by_counts SEC(".maps");
+
 SEC("uprobe")
 int count_call(void *ctx)
 {
@@ -28,6 +50,26 @@ int count_call(void *ctx)
 
 	if (n)
 		__sync_fetch_and_add(n, 1);
+	if (by == BY_NONE)
+		return 0;
+
+	struct by_key bk = {.site = key};
+	if (by == BY_PID)
+		bk.who = bpf_get_current_pid_tgid() >> 32;
+	else
+		bk.who = bpf_get_current_cgroup_id();
+	n = bpf_map_lookup_elem(&by_counts, &bk);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return 0;
+	}
+	__u64 one = 1;
+	// Another CPU may have made the entry meanwhile: then add to it.
+	if (bpf_map_update_elem(&by_counts, &bk, &one, BPF_NOEXIST) != 0) {
+		n = bpf_map_lookup_elem(&by_counts, &bk);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
 	return 0;
 }
 

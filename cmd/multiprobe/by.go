@@ -1,0 +1,217 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/multiprobe/multiprobe"
+)
+
+// byFlag is --by: what count's rows are per besides the function.
+type byFlag string
+
+const (
+	byNone      byFlag = ""
+	byPID       byFlag = "pid"
+	byFile      byFlag = "file"
+	byContainer byFlag = "container"
+)
+
+func (b *byFlag) String() string { return string(*b) }
+
+func (b *byFlag) Set(v string) error {
+	switch byFlag(v) {
+	case byPID, byFile, byContainer:
+		*b = byFlag(v)
+		return nil
+	}
+	return fmt.Errorf("%q: want pid, file or container", v)
+}
+
+// The values of count.c's by, and how many (site, who) pairs it counts.
+const (
+	byModePID    = 1
+	byModeCgroup = 2
+	maxByCounts  = 1 << 16
+)
+
+// setBy makes the counter's spec count by who calls, for --by pid and
+// --by container; --by file needs nothing of BPF (a site is in one file).
+func setBy(spec *ebpf.CollectionSpec, by byFlag) error {
+	mode := uint32(0)
+	switch by {
+	case byPID:
+		mode = byModePID
+	case byContainer:
+		mode = byModeCgroup
+	default:
+		return nil
+	}
+	if err := spec.Variables["by"].Set(mode); err != nil {
+		return fmt.Errorf("--by: %w", err)
+	}
+	spec.Maps["by_counts"].MaxEntries = maxByCounts
+	return nil
+}
+
+// byKey is count.c's struct by_key.
+type byKey struct {
+	Site uint32
+	_    uint32
+	Who  uint64
+}
+
+// rowsBy reads the counts by who made them (--by pid or container) into
+// rows, one a function and who: a USDT probe's sites, and in a follow
+// run a function's copies in several builds, add up. site names a
+// cookie's site. unattributed is how many calls the table had no room to
+// attribute.
+func (c *counter) rowsBy(by byFlag, site map[uint32]multiprobe.Site, probeIndex func(*multiprobe.Probe) int, total uint64) (rows []countedSite, unattributed uint64, err error) {
+	var k byKey
+	var n uint64
+	type key struct {
+		kind, fn string
+		who      uint64
+	}
+	at := map[key]int{}
+	cg := cgroupPaths{}
+	var sum uint64
+	it := c.byCounts.Iterate()
+	for it.Next(&k, &n) {
+		s, ok := site[k.Site]
+		if !ok {
+			continue
+		}
+		sum += n
+		kk := key{s.Probe.Kind.String(), s.Label(), k.Who}
+		if i, ok := at[kk]; ok {
+			rows[i].Calls += n
+			rows[i].Sites++
+			continue
+		}
+		at[kk] = len(rows)
+		r := countedSite{Probe: probeIndex(s.Probe), Kind: kk.kind, Function: kk.fn, Path: s.Path, Offset: s.Offset, Calls: n, Sites: 1}
+		switch by {
+		case byPID:
+			r.PID = int(k.Who)
+			r.Comm = comm(r.PID)
+		case byContainer:
+			r.Cgroup = cg.path(k.Who)
+			r.Container = containerID(r.Cgroup)
+		}
+		rows = append(rows, r)
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, fmt.Errorf("--by: reading the counts: %w", err)
+	}
+	sortRows(rows)
+	if total > sum {
+		unattributed = total - sum
+	}
+	return rows, unattributed, nil
+}
+
+// sortRows orders rows most calls first, then by function, kind and who.
+func sortRows(rows []countedSite) {
+	slices.SortStableFunc(rows, func(a, b countedSite) int {
+		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind),
+			cmp.Compare(a.PID, b.PID), cmp.Compare(a.Cgroup, b.Cgroup), cmp.Compare(a.Path, b.Path))
+	})
+}
+
+// comm is the command name of process pid, "" once it has exited.
+func comm(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cgroupRoot is where the cgroup v2 hierarchy is mounted: /sys/fs/cgroup,
+// or on a hybrid system /sys/fs/cgroup/unified.
+func cgroupRoot() string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err == nil {
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
+				return f[1]
+			}
+		}
+	}
+	return "/sys/fs/cgroup"
+}
+
+// cgroupPaths finds a cgroup v2 id's path: the id is the inode number of
+// the cgroup's directory. The hierarchy is read once, at the first id.
+type cgroupPaths map[uint64]string
+
+func (cg cgroupPaths) path(id uint64) string {
+	if len(cg) == 0 {
+		cg[0] = "" // read once
+		root := cgroupRoot()
+		filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					rel := strings.TrimPrefix(p, root)
+					if rel == "" {
+						rel = "/"
+					}
+					cg[st.Ino] = rel
+				}
+			}
+			return nil
+		})
+	}
+	if p, ok := cg[id]; ok && id != 0 {
+		return p
+	}
+	return fmt.Sprintf("cgroup %d (gone)", id)
+}
+
+// containerIDRE finds a container id in a cgroup path, as kubelet,
+// containerd, CRI-O, Docker and podman name them: 64 hex digits, alone
+// or in cri-containerd-ID.scope, crio-ID.scope, docker-ID.scope,
+// libpod-ID.scope.
+var containerIDRE = regexp.MustCompile(`(?:^|[/-])([0-9a-f]{64})(?:\.scope)?(?:/|$)`)
+
+// containerID is the container id in a cgroup path, "" if it holds none.
+func containerID(cgroup string) string {
+	m := containerIDRE.FindAllStringSubmatch(cgroup, -1)
+	if len(m) == 0 {
+		return ""
+	}
+	return m[len(m)-1][1]
+}
+
+// who is how the text report names a row's process, container or file.
+func (r countedSite) who(by byFlag) string {
+	switch by {
+	case byPID:
+		if r.Comm == "" {
+			return fmt.Sprintf("%d (exited)", r.PID)
+		}
+		return fmt.Sprintf("%d (%s)", r.PID, r.Comm)
+	case byContainer:
+		if r.Container != "" {
+			return r.Container[:12] + " " + r.Cgroup
+		}
+		return r.Cgroup
+	case byFile:
+		return r.Path
+	}
+	return ""
+}
