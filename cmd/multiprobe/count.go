@@ -49,13 +49,21 @@ Ctrl-C. With neither, count follows the probes' targets into every process
 and container on the machine, now and as they appear (package watch): each
 file a target means (a library name, a path, a path glob) is attached once,
 the files named here at once, the others as a process maps them, about a
-millisecond later; -v prints a line per file. On kernels before 6.6 every
-site gets a perf-event uprobe of its own, which is slower to attach, but
-counts the same.`,
+millisecond later; -v prints a line per file (its device, inode and
+root). A path names one file, a relative one from the working directory;
+a bare name every file of that name. With -f the command's (or --pid's)
+descendants count too, as strace -f follows them. --by pid, file or
+container splits each function's calls by who made them. A site that
+another tracer's uprobe holds with another ref-counter offset is left out
+and named, the rest attached. On kernels before 6.6 every site gets a
+perf-event uprobe of its own, which is slower to attach, but counts the
+same.`,
 		examples: []string{
 			"count 'uprobe:/bin/bash:sh_*' -- bash -c 'echo hi'",
 			"count --pid 1234 --duration 10s 'uprobe:libc.so.6:malloc,free,calloc'",
 			"count -v --duration 10s 'uprobe:libc:malloc'  # every process and container, as they start",
+			"count --by container --duration 10s 'uprobe:libc:malloc'  # a row for each container's calls",
+			"count -f 'uprobe:/bin/bash:xmalloc' -- sh -c 'bash -c true | cat'  # the command's descendants too",
 			"count --args --str 0,1 'usdt:/usr/bin/python3.11:python:function__entry' -- python3.11 -c 'pass'",
 			"count --args --str 0,ret 'uprobe:libc:getenv' 'uretprobe:libc:getenv' -- ls",
 			"count --json --stats 'uprobe:libc.so.6:str*' -- ls /",
