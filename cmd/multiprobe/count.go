@@ -571,9 +571,13 @@ func (report *countReport) writeText(w io.Writer, profileTop int, verbose bool) 
 	if report.Omitted > 0 {
 		fmt.Fprintf(w, "(%d more %s called, left out by --top)\n", report.Omitted, plural(report.Omitted, "site", "sites"))
 	}
-	fmt.Fprintf(w, "%d %s to %d of %d %s in %v (%s)\n",
+	left := ""
+	if n := len(report.LeftOut); n > 0 {
+		left = fmt.Sprintf(", %d more left out", n)
+	}
+	fmt.Fprintf(w, "%d %s to %d of %d %s in %v (%s)%s\n",
 		report.Calls, plural(int(min(report.Calls, 2)), "call", "calls"), report.Called, report.Sites, plural(report.Sites, "site", "sites"),
-		report.Duration.Round(time.Millisecond), report.Path)
+		report.Duration.Round(time.Millisecond), report.Path, left)
 	if report.Unattributed > 0 {
 		fmt.Fprintf(w, "%d calls not attributed by %s: the table of %d was full\n", report.Unattributed, report.By, maxByCounts)
 	}
