@@ -304,20 +304,11 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	defer c.close()
 	sites := plan.Sites()
 	var hitLog []hitRecord
-	if f.withArgs {
-		stop, err := c.readHits(tableLookup(sites), f.nargs, f.strs, stdout, f.trace.asJSON, &hitLog)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	stop, err := c.startExtras(f, tableLookup(sites), stdout, &hitLog)
+	if err != nil {
+		return err
 	}
-	if f.stats {
-		statsOff, err := ebpf.EnableStats(bpfsys.StatsRunTime)
-		if err != nil {
-			return fmt.Errorf("--stats: enabling BPF run-time statistics: %w", err)
-		}
-		defer statsOff.Close()
-	}
+	defer stop()
 
 	if f.trace.pid != 0 {
 		for _, p := range unmapped(f.trace.pid, sites) {
@@ -398,6 +389,35 @@ func zeroHint(stderr io.Writer, child *stoppedCommand, sites []multiprobe.Site) 
 
 // isLibrary reports whether path is a shared library by its name.
 func isLibrary(path string) bool { return strings.Contains(filepath.Base(path), ".so") }
+
+// startExtras starts what --args and --stats add to counting: the reader
+// that prints (or, for --json, logs into *hitLog) each hit, naming its
+// site through site, and the kernel's run-time statistics. stop ends
+// both.
+func (c *counter) startExtras(f *countFlags, site siteLookup, stdout io.Writer, hitLog *[]hitRecord) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
+	if f.withArgs {
+		wait, err := c.readHits(site, f.nargs, f.strs, stdout, f.trace.asJSON, hitLog)
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, wait)
+	}
+	if f.stats {
+		statsOff, err := ebpf.EnableStats(bpfsys.StatsRunTime)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("--stats: enabling BPF run-time statistics: %w", err)
+		}
+		stops = append(stops, func() { statsOff.Close() })
+	}
+	return stop, nil
+}
 
 // finish adds to the report what --stats, --profile and --args asked for
 // (the profile written where -o and --folded say), in every mode alike.

@@ -18,7 +18,6 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
-	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/watch"
 )
 
@@ -413,23 +412,14 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	}
 	defer c.close()
 	fl := newFollower(stderr, f.trace.verbose, nil)
+	// A hit is named by the sites of the files attached before it: a
+	// file's sites are in before its link is made.
 	var hitLog []hitRecord
-	if f.withArgs {
-		// A hit is named by the sites of the files attached before it:
-		// a file's sites are in before its link is made.
-		stop, err := c.readHits(fl.lookup, f.nargs, f.strs, stdout, f.trace.asJSON, &hitLog)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	stop, err := c.startExtras(f, fl.lookup, stdout, &hitLog)
+	if err != nil {
+		return err
 	}
-	if f.stats {
-		statsOff, err := ebpf.EnableStats(bpfsys.StatsRunTime)
-		if err != nil {
-			return fmt.Errorf("--stats: enabling BPF run-time statistics: %w", err)
-		}
-		defer statsOff.Close()
-	}
+	defer stop()
 	var prof *runningProfile
 	if f.profiling {
 		// The program itself, where the links run it; a kernel without
