@@ -151,9 +151,11 @@ func (pl *Plan) fixCookies(cs *ebpf.CollectionSpec) (sec *ebpf.MapSpec, fixedOff
 }
 
 // isUprobeSpec reports whether p is a uprobe program, whichever path it
-// was prepared for.
+// was prepared for: a session program (SEC("uprobe.session")) too, which
+// a pid filter goes into as into any other.
 func isUprobeSpec(p *ebpf.ProgramSpec) bool {
-	return kernelprobe.AttachType(p, kernelprobe.PathUprobeMulti) == ebpf.AttachTraceUprobeMulti
+	at := kernelprobe.AttachType(p, kernelprobe.PathUprobeMulti)
+	return at == ebpf.AttachTraceUprobeMulti || at == kernelprobe.AttachTraceUprobeSession
 }
 
 func references(p *ebpf.ProgramSpec, m string) bool {

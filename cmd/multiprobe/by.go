@@ -43,11 +43,13 @@ const (
 	byModePID    = 1
 	byModeCgroup = 2
 	maxByCounts  = 1 << 16
+	maxByHists   = 1 << 14 // 5.5 MiB of histograms
 )
 
-// setBy makes the counter's spec count by who calls, for --by pid and
-// --by container; --by file needs nothing of BPF (a site is in one file).
-func setBy(spec *ebpf.CollectionSpec, by byFlag) error {
+// setBy makes count.c's or latency.c's spec count by who calls, in its
+// table (by_counts, by_hists) of size entries, for --by pid and --by
+// container; --by file needs nothing of BPF (a site is in one file).
+func setBy(spec *ebpf.CollectionSpec, by byFlag, table string, size uint32) error {
 	mode := uint32(0)
 	switch by {
 	case byPID:
@@ -60,7 +62,7 @@ func setBy(spec *ebpf.CollectionSpec, by byFlag) error {
 	if err := spec.Variables["by"].Set(mode); err != nil {
 		return fmt.Errorf("--by: %w", err)
 	}
-	spec.Maps["by_counts"].MaxEntries = maxByCounts
+	spec.Maps[table].MaxEntries = size
 	return nil
 }
 
@@ -170,7 +172,7 @@ func (cg cgroupPaths) path(id uint64) string {
 					if rel == "" {
 						rel = "/"
 					}
-					cg[st.Ino] = rel
+					cg[uint64(st.Ino)] = rel
 				}
 			}
 			return nil

@@ -224,7 +224,6 @@ type countFlags struct {
 	nargs     int
 	strs      strArgs
 	maxRate   int
-	by        byFlag
 }
 
 // parseCountFlags parses count's command line into its flags, probe specs
@@ -239,7 +238,6 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 	fs.BoolVar(&f.withArgs, "args", false, "print every hit with its arguments as integers: a USDT probe's, a uprobe's first --nargs, a uretprobe's return value")
 	fs.IntVar(&f.nargs, "nargs", 3, "with --args, the `N` (0 to 6) first integer arguments of a uprobe's function, from the registers of its calling convention (C's, or Go's in a Go program)")
 	fs.IntVar(&f.maxRate, "max-rate", defaultMaxRate, "warn, after the first second, when the probes hit more than `N` times a second (each hit traps into the kernel, which slows the traced programs), naming the hottest sites; 0 never warns")
-	fs.Var(&f.by, "by", "count each function by `WHO` as well: pid (the calling process), file (the file the site is in) or container (the caller's cgroup, and the container id it names)")
 	fs.Var(&f.strs, "str", "with --args, print these arguments as C strings (read up to 127 bytes): a comma-separated `LIST` of argument numbers from 0, a USDT probe's or a uprobe's, and ret, a uretprobe's return value; at most 3")
 	if specs, command, err = parseFlags(fs, args); err != nil {
 		return nil, nil, nil, err
@@ -252,7 +250,7 @@ func parseCountFlags(args []string) (f *countFlags, specs, command []string, err
 		return nil, nil, nil, usagef("--max-rate %d: want a number of hits a second, or 0", f.maxRate)
 	case f.nargs < 0 || f.nargs > 6:
 		return nil, nil, nil, usagef("--nargs %d: want 0 to 6 (the arguments passed in registers)", f.nargs)
-	case f.by != byNone && f.withArgs:
+	case f.trace.by != byNone && f.withArgs:
 		return nil, nil, nil, usagef("--by counts, --args prints each hit: give one")
 	case len(f.strs) > 0 && !f.withArgs:
 		return nil, nil, nil, usagef("--str prints arguments: give --args too")
@@ -297,7 +295,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer plan.Close()
-	c, err := loadCounter(plan, f.withArgs, f.strs, f.by)
+	c, err := loadCounter(plan, f.withArgs, f.strs, f.trace.by)
 	if err != nil {
 		return err
 	}
@@ -324,7 +322,7 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report, err := c.report(probes, sites, f.trace.top, f.by)
+	report, err := c.report(probes, sites, f.trace.top, f.trace.by)
 	if err != nil {
 		return err
 	}
@@ -778,7 +776,7 @@ func fileID(path string) string {
 	if err := unix.Stat(path, &st); err != nil {
 		return "not there: " + err.Error()
 	}
-	return fmt.Sprintf("dev %d:%d inode %d", unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
+	return fmt.Sprintf("dev %d:%d inode %d", unix.Major(uint64(st.Dev)), unix.Minor(uint64(st.Dev)), st.Ino)
 }
 
 // processExit returns a channel that receives when process pid exits:
@@ -932,7 +930,7 @@ func counterSpec(withArgs bool, strs strArgs, by byFlag) (*ebpf.CollectionSpec, 
 		}
 		return spec, nil
 	}
-	if err := setBy(spec, by); err != nil {
+	if err := setBy(spec, by, "by_counts", maxByCounts); err != nil {
 		return nil, err
 	}
 	return spec, nil

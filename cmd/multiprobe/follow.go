@@ -398,7 +398,7 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	if err := checkTargets(probes, tr.opts, stderr); err != nil {
 		return err
 	}
-	spec, err := counterSpec(f.withArgs, f.strs, f.by)
+	spec, err := counterSpec(f.withArgs, f.strs, f.trace.by)
 	if err != nil {
 		return err
 	}
@@ -443,11 +443,11 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 			return fmt.Errorf("--profile: %w", err)
 		}
 	}
-	report, err := c.report(probes, fw.sites, 0, f.by)
+	report, err := c.report(probes, fw.sites, 0, f.trace.by)
 	if err != nil {
 		return err
 	}
-	report.Counts = mergeRows(report.Counts, f.by)
+	report.Counts = mergeRows(report.Counts, f.trace.by)
 	if top := f.trace.top; top > 0 && len(report.Counts) > top {
 		report.Omitted = len(report.Counts) - top
 		report.Counts = report.Counts[:top]

@@ -69,6 +69,11 @@ type latencyFunction struct {
 	// the calls that took from LowNS up to, not including, HighNS (0 for
 	// no bound).
 	Buckets []latencyBucket `json:"buckets"`
+	// Who made the calls, with --by pid or container (see countedSite).
+	PID       int    `json:"pid,omitempty"`
+	Comm      string `json:"comm,omitempty"`
+	Cgroup    string `json:"cgroup,omitempty"`
+	Container string `json:"container,omitempty"`
 }
 
 type latencyBucket struct {
@@ -101,6 +106,10 @@ type latencyReport struct {
 	// why (see countReport.LeftOut): a return probe's as well as an
 	// entry's.
 	LeftOut []leftOutSite `json:"left_out,omitempty"`
+	// By is --by; Unattributed the calls --by pid or container had no
+	// room to attribute (they are in the functions' totals elsewhere).
+	By           byFlag `json:"by,omitempty"`
+	Unattributed uint64 `json:"unattributed,omitempty"`
 }
 
 func runLatency(args []string, stdout, stderr io.Writer) error {
@@ -139,7 +148,7 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer plan.Close()
-	lt, err := newLatencyTimer(plan, session)
+	lt, err := newLatencyTimer(plan, session, tf.by)
 	if err != nil {
 		return err
 	}
@@ -148,7 +157,7 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	report, err := lt.report(end.elapsed)
+	report, err := lt.report(end.elapsed, tf.by)
 	if err != nil {
 		return err
 	}
@@ -228,6 +237,9 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 			delete(spec.Programs, n)
 		}
 	}
+	if err := setBy(spec, tf.by, "by_hists", maxByHists); err != nil {
+		return err
+	}
 	if err := multiprobe.PrepareSpec(spec, tr.opts); err != nil {
 		return err
 	}
@@ -239,12 +251,12 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	}
 	defer coll.Close()
 	lt := &latencyTimer{coll: coll, prog: coll.Programs["latency_pair"]}
-	fill := &latencyFill{lt: lt, fn: map[latencyFn]uint32{}}
+	fill := &latencyFill{lt: lt, fn: map[latencyFn]uint32{}, byFile: tf.by == byFile}
 	fw, err := newFollower(stderr, tf.verbose, fill.attached).follow(pairs, spec, lt.prog, *tr.opts, time.Duration(tf.duration))
 	if err != nil {
 		return err
 	}
-	report, err := lt.report(fw.end.elapsed)
+	report, err := lt.report(fw.end.elapsed, tf.by)
 	if err != nil {
 		return err
 	}
@@ -259,12 +271,15 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 
 // latencyFn is a function over every file: its probe (target and
 // patterns, whichever kind) and name.
-type latencyFn struct{ target, patterns, name string }
+type latencyFn struct{ target, patterns, name, path string }
 
 // latencyFill fills in the sites map for each file the watch attaches.
 type latencyFill struct {
 	lt *latencyTimer
 	fn map[latencyFn]uint32
+	// byFile keeps a function's copies in several files apart (--by
+	// file).
+	byFile bool
 }
 
 // attached fills in a file's sites: the returns before the entries, so
@@ -277,7 +292,10 @@ func (fl *latencyFill) attached(r watch.Report) {
 	entries := make([]latencySite, len(r.Sites))
 	goFn := map[uint32]bool{}
 	for i, s := range r.Sites {
-		k := latencyFn{s.Probe.Target, strings.Join(s.Probe.Patterns, ","), s.Name}
+		k := latencyFn{s.Probe.Target, strings.Join(s.Probe.Patterns, ","), s.Name, ""}
+		if fl.byFile {
+			k.path = s.Path
+		}
 		fn, ok := fl.fn[k]
 		if !ok {
 			if len(lt.fns) == followFuncs {
@@ -322,7 +340,7 @@ type latencyTimer struct {
 // newLatencyTimer loads one of latency.c's programs for the plan and fills in
 // its sites map: each site's function, and at a return how to find the
 // entry's stack pointer.
-func newLatencyTimer(plan *multiprobe.Plan, session bool) (*latencyTimer, error) {
+func newLatencyTimer(plan *multiprobe.Plan, session bool, by byFlag) (*latencyTimer, error) {
 	if err := knownRegisters("latency"); err != nil {
 		return nil, err
 	}
@@ -340,6 +358,9 @@ func newLatencyTimer(plan *multiprobe.Plan, session bool) (*latencyTimer, error)
 		if n != name {
 			delete(spec.Programs, n)
 		}
+	}
+	if err := setBy(spec, by, "by_hists", maxByHists); err != nil {
+		return nil, err
 	}
 	if err := plan.Prepare(spec); err != nil {
 		return nil, err
@@ -423,8 +444,8 @@ func returnSPGain(s multiprobe.Site) uint16 {
 }
 
 // report reads the histograms.
-func (lt *latencyTimer) report(elapsed time.Duration) (latencyReport, error) {
-	r := latencyReport{Mode: "pairs", Functions: len(lt.fns), Duration: elapsed, Latencies: []latencyFunction{}}
+func (lt *latencyTimer) report(elapsed time.Duration, by byFlag) (latencyReport, error) {
+	r := latencyReport{Mode: "pairs", Functions: len(lt.fns), Duration: elapsed, Latencies: []latencyFunction{}, By: by}
 	if lt.session {
 		r.Mode = "session"
 	}
@@ -463,10 +484,57 @@ func (lt *latencyTimer) report(elapsed time.Duration) (latencyReport, error) {
 			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(&h),
 		})
 	}
+	if by == byPID || by == byContainer {
+		var all uint64
+		for _, l := range r.Latencies {
+			all += l.Calls
+		}
+		rows, attributed, err := lt.rowsBy(by, probeIndex)
+		if err != nil {
+			return r, err
+		}
+		r.Latencies = rows
+		if all > attributed {
+			r.Unattributed = all - attributed
+		}
+	}
 	slices.SortStableFunc(r.Latencies, func(a, b latencyFunction) int {
-		return cmp.Or(cmp.Compare(b.TotalNS, a.TotalNS), cmp.Compare(a.Function, b.Function))
+		return cmp.Or(cmp.Compare(b.TotalNS, a.TotalNS), cmp.Compare(a.Function, b.Function), cmp.Compare(a.PID, b.PID), cmp.Compare(a.Cgroup, b.Cgroup))
 	})
 	return r, nil
+}
+
+// rowsBy reads the histograms by who made the calls (--by pid or
+// container): a row a function and who, and how many calls they hold.
+func (lt *latencyTimer) rowsBy(by byFlag, probeIndex map[*multiprobe.Probe]int) (rows []latencyFunction, calls uint64, err error) {
+	var k byKey
+	var h latencyHist
+	cg := cgroupPaths{}
+	it := lt.coll.Maps["by_hists"].Iterate()
+	for it.Next(&k, &h) {
+		if int(k.Site) >= len(lt.fns) || h.Count == 0 {
+			continue
+		}
+		s := lt.fns[k.Site]
+		calls += h.Count
+		row := latencyFunction{
+			Probe: probeIndex[s.Probe], Function: s.Label(), Path: s.Path, Offset: s.Offset,
+			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(&h),
+		}
+		switch by {
+		case byPID:
+			row.PID = int(k.Who)
+			row.Comm = comm(row.PID)
+		case byContainer:
+			row.Cgroup = cg.path(k.Who)
+			row.Container = containerID(row.Cgroup)
+		}
+		rows = append(rows, row)
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, fmt.Errorf("--by: reading the histograms: %w", err)
+	}
+	return rows, calls, nil
 }
 
 // buckets returns h's slots from the first non-empty one to the last.
@@ -501,7 +569,11 @@ const histWidth = 40
 // with the bounds in the unit that suits them.
 func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 	for _, f := range r.Latencies {
-		fmt.Fprintf(w, "%s  %d %s, avg %s, total %s\n", f.Function, f.Calls, plural(int(min(f.Calls, 2)), "call", "calls"),
+		name := f.Function
+		if who := (countedSite{Path: f.Path, PID: f.PID, Comm: f.Comm, Cgroup: f.Cgroup, Container: f.Container}).who(r.By); who != "" {
+			name += "  " + strings.ToLower(string(r.By)) + " " + who
+		}
+		fmt.Fprintf(w, "%s  %d %s, avg %s, total %s\n", name, f.Calls, plural(int(min(f.Calls, 2)), "call", "calls"),
 			shortDuration(f.AvgNS), shortDuration(f.TotalNS))
 		var most uint64
 		for _, b := range f.Buckets {
@@ -526,6 +598,9 @@ func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 		r.Duration.Round(time.Millisecond), r.Path, r.Mode)
 	if r.Files != nil {
 		fmt.Fprintf(w, "in %d %s, following every process%s\n", len(r.Files), plural(len(r.Files), "file", "files"), namesThem(verbose))
+	}
+	if r.Unattributed > 0 {
+		fmt.Fprintf(w, "%d calls not attributed by %s: the table of %d was full\n", r.Unattributed, r.By, maxByHists)
 	}
 	writeLeftOut(w, r.LeftOut)
 	if r.Unmatched > 0 {

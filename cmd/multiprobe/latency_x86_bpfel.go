@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type latencyByKey struct {
+	_   structs.HostLayout
+	Fn  uint32
+	Pad uint32
+	Who uint64
+}
+
 type latencyHist struct {
 	_     structs.HostLayout
 	Slots [40]uint64
@@ -40,12 +47,15 @@ type latencyStartKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	latencyMapByHists         = "by_hists"
+	latencyMapEmptyHist       = "empty_hist"
 	latencyMapHists           = "hists"
 	latencyMapSites           = "sites"
 	latencyMapStarts          = "starts"
 	latencyMapUnmatched       = "unmatched"
 	latencyProgLatencyPair    = "latency_pair"
 	latencyProgLatencySession = "latency_session"
+	latencyVarBy              = "by"
 	latencyVarMpCookieFixed   = "mp_cookie_fixed"
 	latencyVarMpCookieValue   = "mp_cookie_value"
 )
@@ -100,6 +110,8 @@ type latencyProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyMapSpecs struct {
+	ByHists   *ebpf.MapSpec `ebpf:"by_hists"`
+	EmptyHist *ebpf.MapSpec `ebpf:"empty_hist"`
 	Hists     *ebpf.MapSpec `ebpf:"hists"`
 	Sites     *ebpf.MapSpec `ebpf:"sites"`
 	Starts    *ebpf.MapSpec `ebpf:"starts"`
@@ -110,6 +122,7 @@ type latencyMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type latencyVariableSpecs struct {
+	By            *ebpf.VariableSpec `ebpf:"by"`
 	MpCookieFixed *ebpf.VariableSpec `ebpf:"mp_cookie_fixed"`
 	MpCookieValue *ebpf.VariableSpec `ebpf:"mp_cookie_value"`
 }
@@ -134,6 +147,8 @@ func (o *latencyObjects) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyMaps struct {
+	ByHists   *ebpf.Map `ebpf:"by_hists"`
+	EmptyHist *ebpf.Map `ebpf:"empty_hist"`
 	Hists     *ebpf.Map `ebpf:"hists"`
 	Sites     *ebpf.Map `ebpf:"sites"`
 	Starts    *ebpf.Map `ebpf:"starts"`
@@ -142,6 +157,8 @@ type latencyMaps struct {
 
 func (m *latencyMaps) Close() error {
 	return _LatencyClose(
+		m.ByHists,
+		m.EmptyHist,
 		m.Hists,
 		m.Sites,
 		m.Starts,
@@ -153,6 +170,7 @@ func (m *latencyMaps) Close() error {
 //
 // It can be passed to loadLatencyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type latencyVariables struct {
+	By            *ebpf.Variable `ebpf:"by"`
 	MpCookieFixed *ebpf.Variable `ebpf:"mp_cookie_fixed"`
 	MpCookieValue *ebpf.Variable `ebpf:"mp_cookie_value"`
 }

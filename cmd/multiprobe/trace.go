@@ -24,6 +24,8 @@ type traceFlags struct {
 	verbose bool
 	// children counts the command's (or --pid's) descendants too.
 	children bool
+	// by splits each function's row by who made the calls.
+	by byFlag
 	// profiling, where a command sets it, profiles the program while it
 	// runs (count --profile).
 	profiling *profileFlags
@@ -40,6 +42,7 @@ func (f *traceFlags) register(fs *flag.FlagSet, rows string) {
 	fs.BoolVar(&f.verbose, "v", false, "short for --verbose")
 	fs.BoolVar(&f.children, "follow-children", false, "count the calls of the command's (or --pid's) descendants too, as strace -f follows them: a child joins as it is made")
 	fs.BoolVar(&f.children, "f", false, "short for --follow-children")
+	fs.Var(&f.by, "by", "a row for each function and `WHO` made its calls: pid (the process), file (the file the site is in) or container (the caller's cgroup, and the container id it names)")
 }
 
 // check refuses flags that make no sense with the probe specs and the

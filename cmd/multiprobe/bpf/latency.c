@@ -115,13 +115,41 @@ struct {
 // as it has since Go 1.4.
 #define G_STACK_HI 8
 
-static __always_inline void record(__u32 fn, __u64 ns)
+// With --by, each call is also timed by who made it: BY_PID its process
+// (the tgid), BY_CGROUP its cgroup (the cgroup v2 id, which names a
+// container), in by_hists; the CLI sets by and sizes by_hists. A call
+// that finds the table full is in hists only.
+#define BY_NONE 0
+#define BY_PID 1
+#define BY_CGROUP 2
+volatile const __u32 by = BY_NONE;
+
+struct by_key {
+	__u32 fn;
+	__u32 pad;
+	__u64 who;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); // resized by the CLI with --by
+	__type(key, struct by_key);
+	__type(value, struct hist);
+} by_hists SEC(".maps");
+
+// An empty histogram, the first value of a by_hists entry (a struct hist
+// is too big for the stack beside the rest).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct hist);
+} empty_hist SEC(".maps");
+
+static __always_inline void add(struct hist *h, __u64 ns)
 {
-	struct hist *h = bpf_map_lookup_elem(&hists, &fn);
 	__u32 slot = 0;
 
-	if (!h)
-		return;
 	// floor(log2(ns)), by halving.
 	for (int i = 32; i > 0; i >>= 1) {
 		if (ns >> (slot + i)) {
@@ -133,6 +161,31 @@ static __always_inline void record(__u32 fn, __u64 ns)
 	__sync_fetch_and_add(&h->slots[slot], 1);
 	__sync_fetch_and_add(&h->count, 1);
 	__sync_fetch_and_add(&h->sum_ns, ns);
+}
+
+static __always_inline void record(__u32 fn, __u64 ns)
+{
+	struct hist *h = bpf_map_lookup_elem(&hists, &fn);
+	struct by_key k = {.fn = fn};
+	__u32 zero = 0;
+
+	if (!h)
+		return;
+	add(h, ns);
+	if (by == BY_NONE)
+		return;
+	k.who = by == BY_PID ? bpf_get_current_pid_tgid() >> 32 : bpf_get_current_cgroup_id();
+	h = bpf_map_lookup_elem(&by_hists, &k);
+	if (!h) {
+		struct hist *empty = bpf_map_lookup_elem(&empty_hist, &zero);
+
+		// Another CPU may make the entry meanwhile: then it is kept.
+		if (empty)
+			bpf_map_update_elem(&by_hists, &k, empty, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&by_hists, &k);
+	}
+	if (h)
+		add(h, ns);
 }
 
 static __always_inline void count_unmatched(void)
