@@ -78,14 +78,17 @@ func (l *Link) Update(pl *Plan) (err error) {
 	}
 	keep := map[*unit][]bool{} // the old units' targets that stay
 	var added []*unit
-	saved := l.filtered
+	saved, savedLeft := l.filtered, l.leftOut
 	l.filtered = nil // entry and return sites of gen share their own copy
+	// The sites the kernel refuses are the new set's: a target kept has
+	// its plan's sites, none refused, and the others are attached anew.
+	l.leftOut = nil
 	defer func() {
 		if err == nil {
 			return
 		}
 		err = errors.Join(err, closeUnits(added), specIDs.Release(), l.closeCopies(gen), setGenState(l.genState, l.gen, false))
-		l.filtered = saved
+		l.filtered, l.leftOut = saved, savedLeft
 	}()
 	if err := setGenState(l.genState, l.gen, true); err != nil {
 		return err
