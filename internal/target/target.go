@@ -284,6 +284,10 @@ func Why(errno unix.Errno, t *Target, j int) error {
 		if t.RefCtrOffsets != nil {
 			rc = t.RefCtrOffsets[j]
 		}
+		if other, ok := refCtrInLog(t, t.Offsets[j]); ok {
+			return fmt.Errorf("another uprobe at %s+%#x has ref-counter offset %#x, this one %#x (another tracer's probe: bpftool perf and bpftool link list them) (EINVAL): %w",
+				filepath.Base(t.Path), t.Offsets[j], other, rc, errno)
+		}
 		return fmt.Errorf("another uprobe at %s+%#x has a ref-counter offset other than %#x (another tracer's probe: bpftool perf and bpftool link list them, the kernel log names its offset), or the offset is not at an instruction (EINVAL): %w",
 			filepath.Base(t.Path), t.Offsets[j], rc, errno)
 	case ErrnoENOTSUPP:
