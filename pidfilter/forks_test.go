@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/multiprobe/multiprobe/pidfilter"
@@ -24,9 +25,10 @@ func TestFollowForks(t *testing.T) {
 	}
 	defer f.Close()
 	// A shell that, told to, starts a child, says its pid, and waits for
-	// the next line to let it go.
+	// it. (A child of a shell without job control reads /dev/null: it
+	// sleeps, until the test kills it.)
 	start := func() (*exec.Cmd, *bufio.Scanner, func(string)) {
-		sh := exec.Command("/bin/sh", "-c", `read x; sh -c 'read y' & echo $!; wait`)
+		sh := exec.Command("/bin/sh", "-c", `read x; sleep 60 & echo $!; wait`)
 		in, err := sh.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -74,8 +76,8 @@ func TestFollowForks(t *testing.T) {
 	if n, err := f.Count(child); err != nil || n != 0 {
 		t.Errorf("Count(child) = %d, %v; want 0: no holder holds it", n, err)
 	}
-	say("done") // the child reads it and exits; the shell's wait returns
-	otherSay("done")
+	syscall.Kill(child, syscall.SIGKILL) // the shell's wait returns
+	syscall.Kill(stranger, syscall.SIGKILL)
 	sh.Wait()
 	other.Wait()
 	pids, err = f.PIDs()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -149,8 +150,15 @@ func (fl *follower) report(r watch.Report) {
 		}
 	case watch.Skipped:
 		// Not only with --verbose: a file that matched and could not be
-		// attached is calls not counted.
-		key := r.Path + "\x00" + fmt.Sprint(r.Err)
+		// attached is calls not counted. Once a file: it is tried again
+		// at each mapping. A process gone before the watch reached its
+		// file (ErrNotExist through its root) is no file refused: the
+		// next process that maps it is another try, so that is said
+		// only with -v.
+		if errors.Is(r.Err, fs.ErrNotExist) && fl.verbose == nil {
+			return
+		}
+		key := fmt.Sprint(r.File) + "\x00" + r.Path
 		if !fl.skipped[key] {
 			fl.skipped[key] = true
 			fmt.Fprintf(fl.stderr, "skipped %s (process %d, %s): %v\n", r.Path, r.PID, where(r), r.Err)

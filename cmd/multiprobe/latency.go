@@ -106,6 +106,10 @@ type latencyReport struct {
 	// why (see countReport.LeftOut): a return probe's as well as an
 	// entry's.
 	LeftOut []leftOutSite `json:"left_out,omitempty"`
+	// ProbeCostNS is what the probes add to each timed call on this
+	// machine, as measured (see probeCost), where a function's time is
+	// short enough for it to matter; 0 where not measured.
+	ProbeCostNS uint64 `json:"probe_cost_ns,omitempty"`
 	// By is --by; Unattributed the calls --by pid or container had no
 	// room to attribute (they are in the functions' totals elsewhere).
 	By           byFlag `json:"by,omitempty"`
@@ -163,16 +167,17 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 	}
 	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
 	report.LeftOut = leftOut(plan.LeftOut(), end.leftOut)
-	return writeLatencyReport(stdout, &tf, &report, end)
+	return writeLatencyReport(stdout, &tf, &report, end, tr.opts)
 }
 
 // writeLatencyReport keeps the --top rows of report and writes it, as
 // JSON with --json; it returns the exit status of end.
-func writeLatencyReport(stdout io.Writer, tf *traceFlags, report *latencyReport, end countEnd) error {
+func writeLatencyReport(stdout io.Writer, tf *traceFlags, report *latencyReport, end countEnd, opts *multiprobe.Options) error {
 	if tf.top > 0 && len(report.Latencies) > tf.top {
 		report.Omitted = len(report.Latencies) - tf.top
 		report.Latencies = report.Latencies[:tf.top]
 	}
+	report.measureProbeCost(opts)
 	if tf.asJSON {
 		if err := writeJSON(stdout, report); err != nil {
 			return err
@@ -263,7 +268,7 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	report.Kernel, report.Path = tr.features.Release, tr.features.Path().String()
 	report.Files = fw.files
 	report.LeftOut = leftOut(fw.leftOut)
-	if err := writeLatencyReport(stdout, tf, &report, fw.end); err != nil {
+	if err := writeLatencyReport(stdout, tf, &report, fw.end, tr.opts); err != nil {
 		return err
 	}
 	return fw.done(probes, stderr)
@@ -573,8 +578,12 @@ func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 		if who := (countedSite{Path: f.Path, PID: f.PID, Comm: f.Comm, Cgroup: f.Cgroup, Container: f.Container}).who(r.By); who != "" {
 			name += "  " + strings.ToLower(string(r.By)) + " " + who
 		}
-		fmt.Fprintf(w, "%s  %d %s, avg %s, total %s\n", name, f.Calls, plural(int(min(f.Calls, 2)), "call", "calls"),
-			shortDuration(f.AvgNS), shortDuration(f.TotalNS))
+		note := ""
+		if r.mostlyProbes(f.AvgNS) {
+			note = fmt.Sprintf(" (mostly the probes' own %s a call)", shortDuration(r.ProbeCostNS))
+		}
+		fmt.Fprintf(w, "%s  %d %s, avg %s, total %s%s\n", name, f.Calls, plural(int(min(f.Calls, 2)), "call", "calls"),
+			shortDuration(f.AvgNS), shortDuration(f.TotalNS), note)
 		var most uint64
 		for _, b := range f.Buckets {
 			most = max(most, b.Count)
@@ -602,11 +611,36 @@ func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 	if r.Unattributed > 0 {
 		fmt.Fprintf(w, "%d calls not attributed by %s: the table of %d was full\n", r.Unattributed, r.By, maxByHists)
 	}
+	if r.ProbeCostNS > 0 {
+		fmt.Fprintf(w, "each time includes the probes' own cost, %s a call on this machine (measured on a function that does nothing)\n", shortDuration(r.ProbeCostNS))
+	}
 	writeLeftOut(w, r.LeftOut)
 	if r.Unmatched > 0 {
 		fmt.Fprintf(w, "%d %s not timed: %s entry was not seen (a call already running at attach)\n",
 			r.Unmatched, plural(int(min(r.Unmatched, 2)), "return was", "returns were"), plural(int(min(r.Unmatched, 2)), "its", "their"))
 	}
+}
+
+// costMatters is how short a function's mean time must be for latency to
+// measure what the probes add to it: a few µs a call, more in a VM.
+const costMatters = 200 * time.Microsecond
+
+// measureProbeCost measures the probes' own cost a call (probeCost) if a
+// function of the report is fast enough for it to matter. A measurement
+// that fails leaves it unsaid.
+func (r *latencyReport) measureProbeCost(opts *multiprobe.Options) {
+	if !slices.ContainsFunc(r.Latencies, func(f latencyFunction) bool { return time.Duration(f.AvgNS) < costMatters }) {
+		return
+	}
+	if cost, err := probeCost(opts); err == nil {
+		r.ProbeCostNS = uint64(cost)
+	}
+}
+
+// mostlyProbes reports whether most of a mean time of avg ns is the
+// probes' own cost.
+func (r *latencyReport) mostlyProbes(avg uint64) bool {
+	return r.ProbeCostNS > 0 && avg < 2*r.ProbeCostNS
 }
 
 // shortDuration formats ns in three significant digits or fewer, in ASCII:

@@ -50,6 +50,9 @@ func usagef(format string, args ...any) error {
 }
 
 func main() {
+	if os.Getenv(calibrateEnv) != "" {
+		runCalibration()
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

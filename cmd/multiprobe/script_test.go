@@ -19,6 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(calibrateEnv) != "" {
+		runCalibration()
+	}
 	if os.Getenv(unprivEnv) != "" {
 		os.Exit(run([]string{"load", os.Getenv(unprivEnv)}, os.Stdout, os.Stderr))
 	}
