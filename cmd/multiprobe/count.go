@@ -36,7 +36,7 @@ import (
 
 func init() {
 	commands["count"] = &command{
-		usage:      "[--pid PID] [-f] [-v] [--duration D] [--top N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
+		usage:      "[--pid PID] [-f] [-v] [--duration D] [--top N] [--by pid|file|container] [--max-rate N] [--json] [--stats] [--profile [--freq HZ] [--lines N] [-o FILE.pb.gz] [--folded FILE]] [--args [--nargs N] [--str LIST]] PROBE... [-- CMD ARGS...]",
 		short:      "count calls per function through one uprobe_multi link per binary (root)",
 		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], uretprobe:TARGET:PATTERN...

@@ -20,7 +20,7 @@ import (
 
 func init() {
 	commands["latency"] = &command{
-		usage:      "[--pid PID] [-f] [-v] [--duration D] [--top N] [--json] PROBE... [-- CMD ARGS...]",
+		usage:      "[--pid PID] [-f] [-v] [--duration D] [--top N] [--by pid|file|container] [--json] PROBE... [-- CMD ARGS...]",
 		short:      "per-function latency histograms over many functions at once (root)",
 		privileges: "CAP_BPF and CAP_PERFMON",
 		long: `A PROBE is uprobe:TARGET:PATTERN[,PATTERN...], with globs, as bpftrace
@@ -31,7 +31,10 @@ them, their histograms drawn in the terminal. The command after "--", the
 --pid process, --duration and Ctrl-C work as they do for count; with
 neither a command nor --pid, latency follows the targets into every
 process and container as count does (-v names each file), timing by entry
-and return probes.
+and return probes. -f and --by work as they do for count. Each time
+includes the probes' own cost; where a function is fast enough for that to
+matter, latency measures it (on a function of its own that does nothing,
+in a helper process) and says when it is most of a function's time.
 
 On Linux 6.13+ each function gets a uprobe session: one program run at entry
 and return, with the start time kept by the kernel. Elsewhere, and on Go
