@@ -220,18 +220,19 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	}
 	w.seed()
 	w.tr.scan()
-	// The seeds did their work: their files are attached, and a program
+	for _, a := range stale {
+		if len(a.f.users) == 0 {
+			w.detach(a) // its file was deleted while no Watch ran
+		}
+	}
+	// The seeds did their work: their files are attached (or taken back,
+	// which the seeds' mapping told from a file gone), and a program
 	// started from here on runs them probed. Kept mapped, they would
 	// keep this process a user of a file an upgrade replaces, and the
 	// old file attached for the Watch's life.
 	if len(w.seeds) > 0 {
 		closeSeeds(w.seeds)
 		w.tr.remapped(os.Getpid())
-	}
-	for _, a := range stale {
-		if len(a.f.users) == 0 {
-			w.detach(a) // its file was deleted while no Watch ran
-		}
 	}
 	w.mu.Unlock()
 	go w.loop()
