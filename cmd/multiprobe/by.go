@@ -66,11 +66,34 @@ func setBy(spec *ebpf.CollectionSpec, by byFlag, table string, size uint32) erro
 	return nil
 }
 
-// byKey is count.c's struct by_key.
+// byKey is bpf/by.h's struct by_key: a site (count.c) or function
+// (latency.c), and who called.
 type byKey struct {
-	Site uint32
-	_    uint32
-	Who  uint64
+	Key uint32
+	_   uint32
+	Who uint64
+}
+
+// A caller is who made a row's calls, with --by pid or container: the
+// process (its command name, "" once it exited), or its cgroup (the path
+// under the cgroup v2 root) and the container id that path holds, if any.
+type caller struct {
+	PID       int    `json:"pid,omitempty"`
+	Comm      string `json:"comm,omitempty"`
+	Cgroup    string `json:"cgroup,omitempty"`
+	Container string `json:"container,omitempty"`
+}
+
+// caller names who, as by reads it.
+func (cg cgroupPaths) caller(by byFlag, who uint64) caller {
+	switch by {
+	case byPID:
+		return caller{PID: int(who), Comm: comm(int(who))}
+	case byContainer:
+		p := cg.path(who)
+		return caller{Cgroup: p, Container: containerID(p)}
+	}
+	return caller{}
 }
 
 // rowsBy reads the counts by who made them (--by pid or container) into
@@ -90,7 +113,7 @@ func (c *counter) rowsBy(by byFlag, site map[uint32]multiprobe.Site, probeIndex 
 	var sum uint64
 	it := c.byCounts.Iterate()
 	for it.Next(&k, &n) {
-		s, ok := site[k.Site]
+		s, ok := site[k.Key]
 		if !ok {
 			continue
 		}
@@ -102,16 +125,8 @@ func (c *counter) rowsBy(by byFlag, site map[uint32]multiprobe.Site, probeIndex 
 			continue
 		}
 		at[kk] = len(rows)
-		r := countedSite{Probe: probeIndex(s.Probe), Kind: kk.kind, Function: kk.fn, Path: s.Path, Offset: s.Offset, Calls: n, Sites: 1}
-		switch by {
-		case byPID:
-			r.PID = int(k.Who)
-			r.Comm = comm(r.PID)
-		case byContainer:
-			r.Cgroup = cg.path(k.Who)
-			r.Container = containerID(r.Cgroup)
-		}
-		rows = append(rows, r)
+		rows = append(rows, countedSite{Probe: probeIndex(s.Probe), Kind: kk.kind, Function: kk.fn, Path: s.Path, Offset: s.Offset, Calls: n, Sites: 1,
+			caller: cg.caller(by, k.Who)})
 	}
 	if err := it.Err(); err != nil {
 		return nil, 0, fmt.Errorf("--by: reading the counts: %w", err)
@@ -199,8 +214,9 @@ func containerID(cgroup string) string {
 	return m[len(m)-1][1]
 }
 
-// who is how the text report names a row's process, container or file.
-func (r countedSite) who(by byFlag) string {
+// who is how the text report names a row's process, container or file
+// (path).
+func (r caller) who(by byFlag, path string) string {
 	switch by {
 	case byPID:
 		if r.Comm == "" {
@@ -213,7 +229,7 @@ func (r countedSite) who(by byFlag) string {
 		}
 		return r.Cgroup
 	case byFile:
-		return r.Path
+		return path
 	}
 	return ""
 }

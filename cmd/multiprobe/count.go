@@ -86,14 +86,9 @@ type countedSite struct {
 	// Sites is how many sites of the probe were hit (a USDT probe can be
 	// inlined at many places).
 	Sites int `json:"sites"`
-	// With --by pid: the process (its command name, "" once it exited);
-	// with --by container: its cgroup (the path under the cgroup v2
-	// root) and the container id that path holds, if any. With --by file
-	// a row is per Path.
-	PID       int    `json:"pid,omitempty"`
-	Comm      string `json:"comm,omitempty"`
-	Cgroup    string `json:"cgroup,omitempty"`
-	Container string `json:"container,omitempty"`
+	// Who made the calls, with --by pid or container; with --by file a
+	// row is per Path.
+	caller
 }
 
 type countReport struct {
@@ -583,7 +578,7 @@ func (report *countReport) writeText(w io.Writer, profileTop int, verbose bool) 
 		}
 		fmt.Fprintf(w, "%*s  %-*s  %-*s  %s\n", width, "CALLS", kindWidth, "KIND", fnWidth, "FUNCTION", strings.ToUpper(string(report.By)))
 		for _, c := range report.Counts {
-			fmt.Fprintf(w, "%*d  %-*s  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, fnWidth, c.Function, c.who(report.By))
+			fmt.Fprintf(w, "%*d  %-*s  %-*s  %s\n", width, c.Calls, kindWidth, c.Kind, fnWidth, c.Function, c.who(report.By, c.Path))
 		}
 	}
 	if report.Omitted > 0 {

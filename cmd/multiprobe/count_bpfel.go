@@ -14,10 +14,10 @@ import (
 )
 
 type countByKey struct {
-	_    structs.HostLayout
-	Site uint32
-	Pad  uint32
-	Who  uint64
+	_   structs.HostLayout
+	Key uint32
+	Pad uint32
+	Who uint64
 }
 
 // Names of all BPF objects in the ELF.

@@ -72,11 +72,8 @@ type latencyFunction struct {
 	// the calls that took from LowNS up to, not including, HighNS (0 for
 	// no bound).
 	Buckets []latencyBucket `json:"buckets"`
-	// Who made the calls, with --by pid or container (see countedSite).
-	PID       int    `json:"pid,omitempty"`
-	Comm      string `json:"comm,omitempty"`
-	Cgroup    string `json:"cgroup,omitempty"`
-	Container string `json:"container,omitempty"`
+	// Who made the calls, with --by pid or container.
+	caller
 }
 
 type latencyBucket struct {
@@ -520,24 +517,16 @@ func (lt *latencyTimer) rowsBy(by byFlag, probeIndex map[*multiprobe.Probe]int) 
 	cg := cgroupPaths{}
 	it := lt.coll.Maps["by_hists"].Iterate()
 	for it.Next(&k, &h) {
-		if int(k.Site) >= len(lt.fns) || h.Count == 0 {
+		if int(k.Key) >= len(lt.fns) || h.Count == 0 {
 			continue
 		}
-		s := lt.fns[k.Site]
+		s := lt.fns[k.Key]
 		calls += h.Count
-		row := latencyFunction{
+		rows = append(rows, latencyFunction{
 			Probe: probeIndex[s.Probe], Function: s.Label(), Path: s.Path, Offset: s.Offset,
 			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(&h),
-		}
-		switch by {
-		case byPID:
-			row.PID = int(k.Who)
-			row.Comm = comm(row.PID)
-		case byContainer:
-			row.Cgroup = cg.path(k.Who)
-			row.Container = containerID(row.Cgroup)
-		}
-		rows = append(rows, row)
+			caller: cg.caller(by, k.Who),
+		})
 	}
 	if err := it.Err(); err != nil {
 		return nil, 0, fmt.Errorf("--by: reading the histograms: %w", err)
@@ -578,7 +567,7 @@ const histWidth = 40
 func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 	for _, f := range r.Latencies {
 		name := f.Function
-		if who := (countedSite{Path: f.Path, PID: f.PID, Comm: f.Comm, Cgroup: f.Cgroup, Container: f.Container}).who(r.By); who != "" {
+		if who := f.who(r.By, f.Path); who != "" {
 			name += "  " + strings.ToLower(string(r.By)) + " " + who
 		}
 		note := ""

@@ -15,7 +15,7 @@ import (
 
 type latencyByKey struct {
 	_   structs.HostLayout
-	Fn  uint32
+	Key uint32
 	Pad uint32
 	Who uint64
 }

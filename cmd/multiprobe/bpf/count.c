@@ -10,6 +10,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "mp_cookie.bpf.h"
+#include "by.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -18,21 +19,9 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
-// With --by, each call is also counted by who made it: BY_PID its process
-// (the tgid), BY_CGROUP its cgroup (the cgroup v2 id, which names a
-// container). The CLI sets by and sizes by_counts; a call that finds the
-// table full is in counts only.
-#define BY_NONE 0
-#define BY_PID 1
-#define BY_CGROUP 2
-volatile const __u32 by = BY_NONE;
-
-struct by_key {
-	__u32 site;
-	__u32 pad;
-	__u64 who;
-};
-
+// With --by, each call is also counted by who made it (by.h), in
+// by_counts, which the CLI sizes; a call that finds it full is in counts
+// only.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1); // resized by the CLI with --by
@@ -53,11 +42,7 @@ int count_call(void *ctx)
 	if (by == BY_NONE)
 		return 0;
 
-	struct by_key bk = {.site = key};
-	if (by == BY_PID)
-		bk.who = bpf_get_current_pid_tgid() >> 32;
-	else
-		bk.who = bpf_get_current_cgroup_id();
+	struct by_key bk = {.key = key, .who = by_who()};
 	n = bpf_map_lookup_elem(&by_counts, &bk);
 	if (n) {
 		__sync_fetch_and_add(n, 1);

@@ -25,6 +25,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "mp_cookie.bpf.h"
+#include "by.h"
 
 // Slot i counts durations in [2^i, 2^(i+1)) ns; the last also counts
 // everything longer (2^39 ns is about nine minutes).
@@ -115,21 +116,8 @@ struct {
 // as it has since Go 1.4.
 #define G_STACK_HI 8
 
-// With --by, each call is also timed by who made it: BY_PID its process
-// (the tgid), BY_CGROUP its cgroup (the cgroup v2 id, which names a
-// container), in by_hists; the CLI sets by and sizes by_hists. A call
-// that finds the table full is in hists only.
-#define BY_NONE 0
-#define BY_PID 1
-#define BY_CGROUP 2
-volatile const __u32 by = BY_NONE;
-
-struct by_key {
-	__u32 fn;
-	__u32 pad;
-	__u64 who;
-};
-
+// With --by, each call is also timed by who made it (by.h), in by_hists,
+// which the CLI sizes; a call that finds it full is in hists only.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1); // resized by the CLI with --by
@@ -166,7 +154,7 @@ static __always_inline void add(struct hist *h, __u64 ns)
 static __always_inline void record(__u32 fn, __u64 ns)
 {
 	struct hist *h = bpf_map_lookup_elem(&hists, &fn);
-	struct by_key k = {.fn = fn};
+	struct by_key k = {.key = fn};
 	__u32 zero = 0;
 
 	if (!h)
@@ -174,7 +162,7 @@ static __always_inline void record(__u32 fn, __u64 ns)
 	add(h, ns);
 	if (by == BY_NONE)
 		return;
-	k.who = by == BY_PID ? bpf_get_current_pid_tgid() >> 32 : bpf_get_current_cgroup_id();
+	k.who = by_who();
 	h = bpf_map_lookup_elem(&by_hists, &k);
 	if (!h) {
 		struct hist *empty = bpf_map_lookup_elem(&empty_hist, &zero);
