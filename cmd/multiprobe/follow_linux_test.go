@@ -79,8 +79,11 @@ func TestCountFollowContainers(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	if len(r.Files) != 1 || r.Files[0].Path != "/bin/boxed" || r.Files[0].Processes < containers/2 {
-		t.Fatalf("files %+v, want one: /bin/boxed, mapped by most of the %d containers", r.Files, containers)
+	// The processes are those the watch saw: a container that exits
+	// before the watch reads its maps is not among them, though its
+	// calls count (its file is attached).
+	if len(r.Files) != 1 || r.Files[0].Path != "/bin/boxed" || r.Files[0].Processes < 1 || r.Files[0].Processes > containers+1 {
+		t.Fatalf("files %+v, want one: /bin/boxed, mapped by up to the %d containers", r.Files, containers)
 	}
 	// The first container's main runs as its file appears, before the
 	// watch has attached it (a millisecond later): it may be missed.
