@@ -39,7 +39,7 @@ func runCalibration() {
 // probeCost measures what the probes add to each timed call on this
 // machine: latency's program timing calibrationTarget in a helper
 // process (this program, started again), which does nothing between
-// its entry and return probes; the mean of its calls. It is measured in
+// its entry and return probes; the median of its calls. It is measured in
 // a child, never in this process, and only when a report needs it.
 func probeCost(opts *multiprobe.Options) (time.Duration, error) {
 	exe, err := os.Executable()
@@ -94,5 +94,5 @@ func probeCost(opts *multiprobe.Options) (time.Duration, error) {
 	if len(r.Latencies) != 1 || r.Latencies[0].Calls == 0 {
 		return 0, fmt.Errorf("latency: calibrating: %d of %d calls timed", len(r.Latencies), calibrationCalls)
 	}
-	return time.Duration(r.Latencies[0].AvgNS), nil
+	return time.Duration(r.Latencies[0].medianNS()), nil
 }

@@ -571,7 +571,7 @@ func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 			name += "  " + strings.ToLower(string(r.By)) + " " + who
 		}
 		note := ""
-		if r.mostlyProbes(f.AvgNS) {
+		if r.mostlyProbes(f.medianNS()) {
 			note = fmt.Sprintf(" (mostly the probes' own %s a call)", shortDuration(r.ProbeCostNS))
 		}
 		fmt.Fprintf(w, "%s  %d %s, avg %s, total %s%s\n", name, f.Calls, plural(int(min(f.Calls, 2)), "call", "calls"),
@@ -613,15 +613,16 @@ func writeLatency(w io.Writer, r *latencyReport, verbose bool) {
 	}
 }
 
-// costMatters is how short a function's mean time must be for latency to
-// measure what the probes add to it: a few µs a call, more in a VM.
+// costMatters is how short a function's typical (median) time must be for
+// latency to measure what the probes add to it: a few µs a call, more in a
+// VM.
 const costMatters = 200 * time.Microsecond
 
 // measureProbeCost measures the probes' own cost a call (probeCost) if a
 // function of the report is fast enough for it to matter. A measurement
 // that fails leaves it unsaid.
 func (r *latencyReport) measureProbeCost(opts *multiprobe.Options) {
-	if !slices.ContainsFunc(r.Latencies, func(f latencyFunction) bool { return time.Duration(f.AvgNS) < costMatters }) {
+	if !slices.ContainsFunc(r.Latencies, func(f latencyFunction) bool { return time.Duration(f.medianNS()) < costMatters }) {
 		return
 	}
 	if cost, err := probeCost(opts); err == nil {
@@ -629,10 +630,35 @@ func (r *latencyReport) measureProbeCost(opts *multiprobe.Options) {
 	}
 }
 
-// mostlyProbes reports whether most of a mean time of avg ns is the
-// probes' own cost.
-func (r *latencyReport) mostlyProbes(avg uint64) bool {
-	return r.ProbeCostNS > 0 && avg < 2*r.ProbeCostNS
+// mostlyProbes reports whether most of a typical call's time, median ns,
+// is the probes' own cost.
+func (r *latencyReport) mostlyProbes(median uint64) bool {
+	return r.ProbeCostNS > 0 && median < 2*r.ProbeCostNS
+}
+
+// medianNS estimates the median time of f's calls from its histogram,
+// linearly within the bucket that holds it. The median, not the mean,
+// says what a call typically costs: one slow call (the first, which
+// faults pages in and sets up the return probes' area) can outweigh many
+// fast ones in a mean.
+func (f *latencyFunction) medianNS() uint64 {
+	if f.Calls == 0 {
+		return 0
+	}
+	rank := (f.Calls + 1) / 2
+	var below uint64
+	for _, b := range f.Buckets {
+		if below+b.Count < rank {
+			below += b.Count
+			continue
+		}
+		if b.HighNS == 0 {
+			return b.LowNS
+		}
+		frac := (float64(rank-below) - 0.5) / float64(b.Count)
+		return b.LowNS + uint64(frac*float64(b.HighNS-b.LowNS))
+	}
+	return f.AvgNS
 }
 
 // shortDuration formats ns in three significant digits or fewer, in ASCII:

@@ -163,3 +163,28 @@ func TestLatencyText(t *testing.T) {
 		}
 	}
 }
+
+// TestMedianNS checks the median a histogram gives, which says whether a
+// function's time is mostly the probes' own: one slow call among fast ones
+// (as the first call of a process is) leaves it where the fast ones are.
+func TestMedianNS(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		f       latencyFunction
+		atLeast uint64
+		below   uint64
+	}{
+		{"no calls", latencyFunction{}, 0, 1},
+		{"one call", latencyFunction{Calls: 1, Buckets: []latencyBucket{{1024, 2048, 1}}}, 1024, 2048},
+		{"a slow first call", latencyFunction{Calls: 5, AvgNS: 286000, Buckets: []latencyBucket{
+			{16384, 32768, 3}, {32768, 65536, 0}, {65536, 131072, 0}, {131072, 262144, 1},
+			{262144, 524288, 0}, {524288, 1048576, 0}, {1048576, 2097152, 1},
+		}}, 16384, 32768},
+		{"the middle of two buckets", latencyFunction{Calls: 4, Buckets: []latencyBucket{{100, 200, 2}, {200, 400, 2}}}, 100, 200},
+		{"an open last bucket", latencyFunction{Calls: 3, Buckets: []latencyBucket{{100, 200, 1}, {1 << 40, 0, 2}}}, 1 << 40, 1<<40 + 1},
+	} {
+		if got := tc.f.medianNS(); got < tc.atLeast || got >= tc.below {
+			t.Errorf("%s: median %d, want in [%d, %d)", tc.name, got, tc.atLeast, tc.below)
+		}
+	}
+}
