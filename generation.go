@@ -40,6 +40,17 @@ import (
 // uprobe handlers): from 6.12 the handlers walk the consumers under RCU,
 // and an old consumer unlinked while a call had run only the new one
 // would miss that call.
+//
+// Closing a link's descriptor does not always detach it at once: a child
+// this process forks at that moment holds a copy of every descriptor until
+// its exec closes them, and a walker of the kernel's links holds the one it
+// opened; the kernel frees the link's ID before it unlinks the consumers.
+// So once the old set's links are about to be closed, Update marks the
+// generations that no kept link runs as retired (one slot per generation,
+// modulo genRetiredSlots, holding the generation retired), and a copy of a
+// retired generation counts nothing: a link still attached for a moment
+// after Update (or an updatable Link's Close) returned stays silent. Only
+// a copy older than the current generation reads the mark.
 
 // The maps of a Link's generation check, by the names its copies refer
 // to them by.
@@ -50,6 +61,10 @@ const (
 	// lives for one call's two runs, so eviction needs that many threads
 	// to hit probes between them.
 	genSlots = 16384
+	// genRetiredName's slots: a generation's slot is taken again
+	// genRetiredSlots updates later, long after its links are gone.
+	genRetiredName  = "mp_gen_retired"
+	genRetiredSlots = 64
 )
 
 // genStateSpec is one u64: the current generation in the low 32 bits,
@@ -65,21 +80,52 @@ func genSlotsSpec() *ebpf.MapSpec {
 	return &ebpf.MapSpec{Name: genSlotsName, Type: ebpf.LRUHash, KeySize: 4, ValueSize: 16, MaxEntries: genSlots}
 }
 
+// genRetiredSpec holds, in slot g%genRetiredSlots, the generation g last
+// retired there (u32).
+func genRetiredSpec() *ebpf.MapSpec {
+	return &ebpf.MapSpec{Name: genRetiredName, Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: genRetiredSlots}
+}
+
 // newGenMaps creates a Link's generation maps, with gen current.
-func newGenMaps(gen uint32) (state, slots *ebpf.Map, err error) {
+func newGenMaps(gen uint32) (state, slots, retired *ebpf.Map, err error) {
 	if state, err = ebpf.NewMap(genStateSpec()); err != nil {
-		return nil, nil, fmt.Errorf("multiprobe: creating %s: %w", genStateName, err)
+		return nil, nil, nil, fmt.Errorf("multiprobe: creating %s: %w", genStateName, err)
 	}
 	if slots, err = ebpf.NewMap(genSlotsSpec()); err != nil {
 		state.Close()
-		return nil, nil, fmt.Errorf("multiprobe: creating %s: %w", genSlotsName, err)
+		return nil, nil, nil, fmt.Errorf("multiprobe: creating %s: %w", genSlotsName, err)
+	}
+	if retired, err = newGenRetired(); err != nil {
+		state.Close()
+		slots.Close()
+		return nil, nil, nil, err
 	}
 	if err := setGenState(state, gen, false); err != nil {
 		state.Close()
 		slots.Close()
-		return nil, nil, err
+		retired.Close()
+		return nil, nil, nil, err
 	}
-	return state, slots, nil
+	return state, slots, retired, nil
+}
+
+// newGenRetired creates the map of retired generations.
+func newGenRetired() (*ebpf.Map, error) {
+	m, err := ebpf.NewMap(genRetiredSpec())
+	if err != nil {
+		return nil, fmt.Errorf("multiprobe: creating %s: %w", genRetiredName, err)
+	}
+	return m, nil
+}
+
+// retireGens marks gens retired: their copies count nothing from now on.
+func retireGens(m *ebpf.Map, gens []uint32) error {
+	for _, g := range gens {
+		if err := m.Put(g%genRetiredSlots, g); err != nil {
+			return fmt.Errorf("multiprobe: writing %s: %w", genRetiredName, err)
+		}
+	}
+	return nil
 }
 
 // setGenState writes the current generation and overlap in one value.
@@ -107,8 +153,8 @@ func injectGen(p *ebpf.ProgramSpec, gen uint32) error {
 
 // genCheck returns the check of generation gen (see the comment at the top
 // of this file); ip is the instruction pointer's offset in the context.
-// r6 keeps the context, r7 the current generation, r8 the instruction
-// pointer, r9 what a newer copy said (0 nothing, 1 skipped, 2 counted);
+// r6 keeps the context, r7 the current generation, r8 whether an update
+// is under way and then the instruction pointer, r9 what a newer copy said (0 nothing, 1 skipped, 2 counted);
 // the program's own code defines whatever it uses. The stack below fp-24
 // is free again once the program runs.
 func genCheck(gen int32, ip int16) asm.Instructions {
@@ -120,6 +166,7 @@ func genCheck(gen int32, ip int16) asm.Instructions {
 		over  = prologue.Label("overlap")
 		dec   = prologue.Label("decide")
 		old   = prologue.Label("notnew")
+		live  = prologue.Label("live")
 	)
 	j := func(ins asm.Instruction, to prologue.Label) prologue.Jump {
 		return prologue.Jump{Instruction: ins, To: to}
@@ -147,11 +194,23 @@ func genCheck(gen int32, ip int16) asm.Instructions {
 		asm.FnMapLookupElem.Call(),
 		j(asm.JEq.Imm(asm.R0, 0, ""), body),
 		asm.LoadMem(asm.R7, asm.R0, 0, asm.DWord),
-		asm.Mov.Reg(asm.R1, asm.R7),
-		asm.RSh.Imm(asm.R1, 32),
+		asm.Mov.Reg(asm.R8, asm.R7), // overlap, until the ip is loaded
+		asm.RSh.Imm(asm.R8, 32),
 		asm.LSh.Imm(asm.R7, 32),
 		asm.RSh.Imm(asm.R7, 32),
-		j(asm.JNE.Imm(asm.R1, 0, ""), over),
+		// An older copy first asks whether its generation is retired.
+		j(asm.JLE.Imm(asm.R7, gen, ""), live),
+		asm.StoreImm(asm.RFP, key, int64(uint32(gen)%genRetiredSlots), asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, key),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(genRetiredName),
+		asm.FnMapLookupElem.Call(),
+		j(asm.JEq.Imm(asm.R0, 0, ""), live),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		j(asm.JEq.Imm(asm.R1, gen, ""), skip),
+
+		live,
+		j(asm.JNE.Imm(asm.R8, 0, ""), over),
 		j(asm.JLT.Imm(asm.R7, gen, ""), skip), // a newer copy made before its switch
 		j(asm.Ja.Label(""), body),
 

@@ -40,9 +40,9 @@ type Link struct {
 	// without the generation check.
 	cloneGens []uint32
 	// The generation check (Options.Updatable): the current generation
-	// and its two maps.
-	gen                uint32
-	genState, genSlots *ebpf.Map
+	// and its three maps.
+	gen                            uint32
+	genState, genSlots, genRetired *ebpf.Map
 	// filtered is the copy with the link's pid filter, for every site,
 	// where the kernel has BPF cookies.
 	filtered *ebpf.Program
@@ -127,7 +127,7 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 
 	if pl.opts.Updatable {
 		l.gen = 1
-		if l.genState, l.genSlots, err = newGenMaps(l.gen); err != nil {
+		if l.genState, l.genSlots, l.genRetired, err = newGenMaps(l.gen); err != nil {
 			return nil, err
 		}
 	}
@@ -381,7 +381,7 @@ func (l *Link) FDs() int {
 		n++ // its handle of the USDT spec table
 	}
 	if l.genState != nil {
-		n += 2 // the generation check's maps
+		n += 3 // the generation check's maps
 	}
 	return n
 }
@@ -393,7 +393,14 @@ func (l *Link) FDs() int {
 // process holds, its file descriptors, and leaves the probes, their pid
 // filter and USDT specs for LoadPinnedLink. Unpin first to detach.
 func (l *Link) Close() error {
-	errs := []error{closeUnits(l.units)}
+	var errs []error
+	if l.genRetired != nil && l.pinDir == "" && len(l.units) > 0 {
+		// Silent at once, even while a link outlives its descriptor
+		// for a moment (see generation.go): every generation retired
+		// and older than the current one, which only older copies read.
+		errs = append(errs, retireGens(l.genRetired, l.unitGens()), setGenState(l.genState, l.gen+1, false))
+	}
+	errs = append(errs, closeUnits(l.units))
 	l.units = nil
 	for _, p := range l.clones {
 		errs = append(errs, p.Close())
@@ -426,8 +433,8 @@ func (l *Link) Close() error {
 	}
 	l.ownMaps = nil
 	if l.genState != nil {
-		errs = append(errs, l.genState.Close(), l.genSlots.Close())
-		l.genState, l.genSlots = nil, nil
+		errs = append(errs, l.genState.Close(), l.genSlots.Close(), l.genRetired.Close())
+		l.genState, l.genSlots, l.genRetired = nil, nil, nil
 	}
 	return errors.Join(errs...)
 }
@@ -629,7 +636,7 @@ func (l *Link) programsFor(pl *Plan, prog *ebpf.Program, maps progMaps, targets 
 		if err := injectGen(base, gen); err != nil {
 			return nil, nil, err
 		}
-		shared[genStateName], shared[genSlotsName] = l.genState, l.genSlots
+		shared[genStateName], shared[genSlotsName], shared[genRetiredName] = l.genState, l.genSlots, l.genRetired
 	}
 	if l.filter != nil {
 		if err := pidfilter.InjectProgram(base); err != nil {

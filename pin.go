@@ -31,13 +31,14 @@ import (
 // objects, so the manifest is a map too: a frozen array of manifestChunk
 // byte values holding the gzip'ed JSON.
 const (
-	pinManifest  = "manifest"
-	pinProgram   = "prog"       // prog0, prog1, ...: the attached programs
-	pinPIDs      = "pids"       // the link's own pid filter
-	pinAllPIDs   = "pids_all"   //
-	pinUSDTSpecs = "usdt_specs" // the spec map the USDT sites' ids are in
-	pinGenState  = "gen_state"  // the generation check's maps (Link.Update)
-	pinGenSlots  = "gen_slots"  //
+	pinManifest   = "manifest"
+	pinProgram    = "prog"        // prog0, prog1, ...: the attached programs
+	pinPIDs       = "pids"        // the link's own pid filter
+	pinAllPIDs    = "pids_all"    //
+	pinUSDTSpecs  = "usdt_specs"  // the spec map the USDT sites' ids are in
+	pinGenState   = "gen_state"   // the generation check's maps (Link.Update)
+	pinGenSlots   = "gen_slots"   //
+	pinGenRetired = "gen_retired" //
 	// The kernel links of each unit (an attach call: one kind of probe,
 	// one generation) in directories unit0, unit1, ...: attach.Link.Pin or
 	// fallback.Link.Pin lay them out.
@@ -261,6 +262,9 @@ func (l *Link) Pin(dir string) (err error) {
 		if err := pinClone(l.genSlots, filepath.Join(dir, pinGenSlots)); err != nil {
 			return err
 		}
+		if err := pinClone(l.genRetired, filepath.Join(dir, pinGenRetired)); err != nil {
+			return err
+		}
 	}
 	for _, u := range l.units {
 		if err := l.pinUnit(u); err != nil {
@@ -343,7 +347,7 @@ func (l *Link) Unpin() error {
 		case strings.HasPrefix(name, pinUnit):
 			errs = append(errs, os.RemoveAll(filepath.Join(dir, name)))
 		case strings.HasPrefix(name, pinProgram), strings.HasPrefix(name, pinManifest),
-			slices.Contains([]string{pinPIDs, pinAllPIDs, pinUSDTSpecs, pinGenState, pinGenSlots}, name):
+			slices.Contains([]string{pinPIDs, pinAllPIDs, pinUSDTSpecs, pinGenState, pinGenSlots, pinGenRetired}, name):
 			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
@@ -715,6 +719,9 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 		if l.genSlots, err = ebpf.LoadPinnedMap(filepath.Join(dir, pinGenSlots), nil); err != nil {
 			return nil, err
 		}
+		if l.genRetired, err = loadGenRetired(dir); err != nil {
+			return nil, err
+		}
 		l.gen = m.Gen
 	}
 	for _, pu := range m.Units {
@@ -788,3 +795,22 @@ func (l *Link) checkFiles() []error {
 // was; Resolve and Attach again to probe the new one. Nil for a Link that
 // Attach made, or whose binaries are as they were.
 func (l *Link) StaleFiles() []error { return l.stale }
+
+// loadGenRetired takes back the map of retired generations pinned in dir,
+// or makes (and pins) one where a Link was pinned before there was one: its
+// older copies do not read it, and the copies of later updates do.
+func loadGenRetired(dir string) (*ebpf.Map, error) {
+	path := filepath.Join(dir, pinGenRetired)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if !errors.Is(err, os.ErrNotExist) {
+		return m, err
+	}
+	if m, err = newGenRetired(); err != nil {
+		return nil, err
+	}
+	if err := pinClone(m, path); err != nil {
+		m.Close()
+		return nil, err
+	}
+	return m, nil
+}

@@ -144,6 +144,14 @@ func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit
 		}
 	}
 	units = append(units, added...)
+	// The generations no unit runs any more fall silent before their
+	// links are closed (see generation.go).
+	live := map[uint32]bool{}
+	for _, u := range units {
+		live[u.gen] = true
+	}
+	gone := slices.DeleteFunc(l.unitGens(), func(g uint32) bool { return live[g] })
+	errs = append(errs, retireGens(l.genRetired, gone))
 	old := l.specIDs
 	l.units, l.specIDs, l.plan, l.manifest, l.gen = units, specIDs, pl, nil, gen
 	// A copy no unit runs any more is closed here: the dropped links,
@@ -353,4 +361,15 @@ func (l *Link) graceUprobes(added []*unit) error {
 		return fmt.Errorf("multiprobe: the grace period's uprobe on %s: %w", t.Path, err)
 	}
 	return c.Close()
+}
+
+// unitGens returns the generations the link's units run, each once.
+func (l *Link) unitGens() []uint32 {
+	var gens []uint32
+	for _, u := range l.units {
+		if !slices.Contains(gens, u.gen) {
+			gens = append(gens, u.gen)
+		}
+	}
+	return gens
 }

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -344,4 +349,90 @@ func TestUpdateKeepsUnchanged(t *testing.T) {
 	runTarget(t, a, 2)
 	runTarget(t, b, 2)
 	checkPinCounts(t, c, l.Sites(), 2)
+}
+
+// holdLinks opens every kernel link that runs one of progs, as a walker
+// of the kernel's links (bpftool link list) does, and returns a function
+// that closes them: while they are open, closing the Link's own
+// descriptors does not detach them.
+func holdLinks(t *testing.T, progs []*ebpf.Program) (release func()) {
+	t.Helper()
+	ids := map[ebpf.ProgramID]bool{}
+	for _, p := range progs {
+		info, err := p.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		ids[id] = true
+	}
+	var held []link.Link
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err == nil && ids[info.Program] {
+			held = append(held, it.Take())
+		}
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(held) == 0 {
+		t.Fatal("no kernel link runs the Link's programs")
+	}
+	return func() {
+		for _, h := range held {
+			h.Close()
+		}
+	}
+}
+
+// TestUpdateLingeringLinks: a kernel link that outlives its descriptor
+// for a while (another process holds it, as a child between fork and exec
+// holds every descriptor) counts nothing once Update has retired its
+// generation, nor once an updatable Link is closed. Before, the old set
+// kept counting under cookies the new set gives to other sites.
+func TestUpdateLingeringLinks(t *testing.T) {
+	// The links this test holds are waited for in vain.
+	grace := bpfsys.LinkGrace
+	bpfsys.LinkGrace = 100 * time.Millisecond
+	defer func() { bpfsys.LinkGrace = grace }()
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		target := testprogs.PrivateTarget(t, 5)
+		c, plans := setup(t, f, multiprobe.Options{Updatable: true},
+			[]string{"uprobe:" + target + ":func_00000,func_00001"},
+			[]string{"uprobe:" + target + ":func_00002"})
+		l := mustAttach(t, plans[0], c.CountEntry)
+		release := holdLinks(t, l.Programs())
+		err := l.Update(plans[1])
+		if err != nil {
+			release()
+			t.Fatal(err)
+		}
+		runTarget(t, target, 1)
+		release()
+		counts, err := testprogs.ReadArray(c.Counts, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// func_00002 is cookie 0 now, as func_00000 was.
+		if want := []uint64{uint64(testprogs.ExpectedCalls(2, 1)), 0}; !slices.Equal(counts, want) {
+			t.Errorf("after Update, with the old links still held: counts %v, want %v (func_00002's calls alone)", counts, want)
+		}
+
+		release = holdLinks(t, l.Programs())
+		defer release()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		runTarget(t, target, 1)
+		after, err := testprogs.ReadArray(c.Counts, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(after, counts) {
+			t.Errorf("after Close, with the links still held: counts %v, want %v as before", after, counts)
+		}
+	})
 }

@@ -14,8 +14,9 @@ import (
 
 // LinkGrace bounds how long Close waits for the kernel to free a link: a
 // walker of the kernel's links that is descheduled while it holds one on a
-// loaded machine can keep it for a while.
-const LinkGrace = 5 * time.Second
+// loaded machine can keep it for a while. A variable for tests that hold
+// links on purpose.
+var LinkGrace = 5 * time.Second
 
 // WaitLinksFreed returns once no link of ids exists any more, or after
 // LinkGrace. Closing a link's descriptor detaches its program only when it
