@@ -473,10 +473,13 @@ func TestErrors(t *testing.T) {
 }
 
 // TestMain runs the unprivileged half of TestErrors/not_root, or the agent
-// of TestPinAgentKilled, when the test binary is started as its child,
+// of TestPinAgentKilled or of TestPinKilled and TestUpdateKilled, when the test binary is started as its child,
 // instead of the tests.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(pinAgentEnv); dir != "" {
+		if at := os.Getenv(faultAgentEnv); at != "" {
+			os.Exit(faultAgent(dir, at))
+		}
 		os.Exit(pinAgent(dir))
 	}
 	if os.Getenv("MULTIPROBE_UNPRIVILEGED_HELPER") == "1" {

@@ -54,8 +54,11 @@ type Link struct {
 	// not; and for a Link taken back from there, its manifest, and what
 	// l holds that Attach did not load or make: the program, when it is
 	// not a copy, and the pid filter's maps.
-	pinDir   string
-	pinSeq   int // the number of the next unit directory
+	pinDir string
+	pinSeq int // the number of the next unit directory
+	// genFloor is the newest generation of an Update cut short, whose
+	// pins LoadPinnedLink removed: the next Update numbers past it.
+	genFloor uint32
 	manifest *manifest
 	ownProg  bool
 	ownMaps  []*ebpf.Map

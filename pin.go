@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -199,7 +198,9 @@ func (p *pinnedSymbol) site(s *Site) *elfsym.Site {
 // run, the link's pid filter, the USDT spec map its sites' ids are in,
 // and a manifest of its sites and binaries. The probes then stay attached
 // after Close and after this process exits, for LoadPinnedLink to take
-// back, until Unpin. Pin is all or nothing.
+// back, until Unpin. Pin is all or nothing; what a Pin cut short by a
+// crash left in dir (pins without a manifest: links no one owns) is
+// silenced and removed first.
 //
 // Pinning needs links the kernel can pin: perf-event uprobes are not links
 // before Linux 5.15, and Pin fails there with an error wrapping
@@ -229,6 +230,9 @@ func (l *Link) Pin(dir string) (err error) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, pinManifest)); err == nil {
 		return fmt.Errorf("multiprobe: %s holds a pinned link already: %w", dir, os.ErrExist)
+	}
+	if _, err := clearHalfPin(dir); err != nil {
+		return fmt.Errorf("multiprobe: removing the pins of a Pin cut short in %s: %w", dir, err)
 	}
 	l.pinDir = dir
 	defer func() {
@@ -270,6 +274,9 @@ func (l *Link) Pin(dir string) (err error) {
 		if err := l.pinUnit(u); err != nil {
 			return err
 		}
+		if err := fault("pin: unit pinned"); err != nil {
+			return err
+		}
 	}
 	// Last, so that a manifest means a complete pin.
 	return writeManifest(l.buildManifest(), filepath.Join(dir, pinManifest))
@@ -280,11 +287,19 @@ func (l *Link) Pin(dir string) (err error) {
 // pins stay where the manifest in place says until it is replaced.
 func (l *Link) pinUnit(u *unit) error {
 	again := u.pinDir != ""
-	u.pinDir = pinUnit + strconv.Itoa(l.pinSeq)
-	l.pinSeq++
-	sub := filepath.Join(l.pinDir, u.pinDir)
-	if err := os.Mkdir(sub, 0o700); err != nil {
-		return err
+	var sub string
+	for {
+		u.pinDir = pinUnit + strconv.Itoa(l.pinSeq)
+		l.pinSeq++
+		sub = filepath.Join(l.pinDir, u.pinDir)
+		err := os.Mkdir(sub, 0o700)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		// Left by an update that could not remove it: the next name.
 	}
 	if again {
 		return u.pinAgain(sub)
@@ -342,15 +357,8 @@ func (l *Link) Unpin() error {
 		errs = append(errs, err)
 	}
 	for _, e := range ents {
-		name := e.Name()
-		switch {
-		case strings.HasPrefix(name, pinUnit):
-			errs = append(errs, os.RemoveAll(filepath.Join(dir, name)))
-		case strings.HasPrefix(name, pinProgram), strings.HasPrefix(name, pinManifest),
-			slices.Contains([]string{pinPIDs, pinAllPIDs, pinUSDTSpecs, pinGenState, pinGenSlots, pinGenRetired}, name):
-			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
+		if ownPin(e.Name()) {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
 		}
 	}
 	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
@@ -653,11 +661,24 @@ func (m *manifest) targets(u pinnedUnit) []target.Target {
 // compares every binary with what the manifest recorded, and StaleFiles
 // reports the ones that changed.
 //
+// A directory that a process killed in Pin or Update left half-made is
+// finished: the pins of a Pin cut short are removed (and ErrNotPinned
+// returned), and beside a manifest, the pins of an Update cut short that
+// it does not name; the Link is the set the manifest names, counting
+// every call once. One process owns a directory at a time.
+//
 // Errors wrap ErrNotPinned (nothing pinned in dir), ErrPinVersion, or
 // attach.ErrPinMismatch (the kernel's links do not hold the manifest's
 // sites).
 func LoadPinnedLink(dir string) (_ *Link, err error) {
 	m, sites, err := readManifest(filepath.Join(dir, pinManifest))
+	if _, serr := os.Stat(filepath.Join(dir, pinManifest)); errors.Is(serr, os.ErrNotExist) {
+		// Nothing to take back; what a Pin cut short left counts for
+		// no one.
+		if cleared, cerr := clearHalfPin(dir); cleared || cerr != nil {
+			err = errors.Join(fmt.Errorf("%w (removed the pins of a Pin cut short)", err), cerr)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("multiprobe: %w", err)
 	}
@@ -745,6 +766,9 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 	}
 	if err := <-sitesErr; err != nil {
 		return nil, err
+	}
+	if err := l.recoverPins(); err != nil {
+		return nil, fmt.Errorf("finishing an update cut short: %w", err)
 	}
 	l.stale = l.checkFiles()
 	return l, nil

@@ -28,7 +28,11 @@ var ErrNotUpdatable = errors.New("link has no generation check (resolve with Opt
 // sites only in pl start; the links of binaries whose sites, cookies and
 // file did not change are kept as they are. Afterwards the link's Sites
 // are pl's, with pl's cookies; its pid filter and pids stay (change them
-// with SetPIDs). On error nothing changed.
+// with SetPIDs). On an error before the switch nothing changed; once the
+// new set counts it is never undone: an error after it (removing the old
+// set's pins, closing its links) says "the new sites are attached, but",
+// the Link is pl's, and what could not be removed is left for the next
+// Update, Unpin or LoadPinnedLink, which remove it.
 //
 // pl must be resolved for the same kernel path, with Options.Updatable,
 // and prepared for the link's program spec (pl.Prepare(spec)): Update
@@ -70,8 +74,7 @@ func (l *Link) Update(pl *Plan) (err error) {
 	}
 	defer maps.close()
 
-	gen := l.gen + 1
-	oldPins := l.programPins()
+	gen := max(l.gen, l.genFloor) + 1
 	usdtCookie, specIDs, err := pl.acquireSpecs(maps)
 	if err != nil {
 		return err
@@ -83,8 +86,9 @@ func (l *Link) Update(pl *Plan) (err error) {
 	// The sites the kernel refuses are the new set's: a target kept has
 	// its plan's sites, none refused, and the others are attached anew.
 	l.leftOut = nil
+	switched := false
 	defer func() {
-		if err == nil {
+		if err == nil || switched {
 			return
 		}
 		err = errors.Join(err, closeUnits(added), specIDs.Release(), l.closeCopies(gen), setGenState(l.genState, l.gen, false))
@@ -116,8 +120,10 @@ func (l *Link) Update(pl *Plan) (err error) {
 	if err := setGenState(l.genState, gen, true); err != nil {
 		return err
 	}
+	// From here the new set is the Link's, whatever fails.
+	switched = true
 	errs := []error{l.graceUprobes(added)}
-	errs = append(errs, l.retire(pl, gen, keep, added, specIDs, oldPins)...)
+	errs = append(errs, l.retire(pl, gen, keep, added, specIDs)...)
 	if err := errors.Join(errs...); err != nil {
 		// The new set is attached and counting; what failed is cleaning
 		// up after the old one.
@@ -130,12 +136,10 @@ func (l *Link) Update(pl *Plan) (err error) {
 // link's, closes the others and what only they used, and ends the
 // update's overlap. It returns what went wrong; the new set counts
 // whatever it says.
-func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit, specIDs *usdt.SpecIDs, oldPins []pinnedProg) []error {
+func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit, specIDs *usdt.SpecIDs) []error {
 	var errs []error
 	var units, dropped []*unit
-	var oldDirs []string
 	for _, u := range l.units {
-		oldDirs = append(oldDirs, u.pinDir)
 		if k := keep[u]; k != nil {
 			units = append(units, u.split(k))
 		}
@@ -144,30 +148,39 @@ func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit
 		}
 	}
 	units = append(units, added...)
-	// The generations no unit runs any more fall silent before their
-	// links are closed (see generation.go).
 	live := map[uint32]bool{}
 	for _, u := range units {
 		live[u.gen] = true
 	}
 	gone := slices.DeleteFunc(l.unitGens(), func(g uint32) bool { return live[g] })
-	errs = append(errs, retireGens(l.genRetired, gone))
 	old := l.specIDs
 	l.units, l.specIDs, l.plan, l.manifest, l.gen = units, specIDs, pl, nil, gen
 	// A copy no unit runs any more is closed here: the dropped links,
 	// still attached, hold their program themselves.
 	errs = append(errs, l.closeUnused())
+	committed := true
 	if l.pinDir != "" {
 		// The new layout and manifest first: whenever this process
-		// stops, the manifest in place describes links that are pinned.
-		errs = append(errs, l.repin(oldPins))
+		// stops, the manifest in place describes links that are pinned
+		// (see pin_recover.go). If it cannot be replaced, the old set's
+		// pins stay for the manifest in place, silent.
+		if err := l.repin(); err != nil {
+			errs, committed = append(errs, err), false
+		}
+		errs = append(errs, fault("update: committed"))
+	}
+	// The generations no unit runs any more fall silent before their
+	// links are closed (see generation.go).
+	errs = append(errs, retireGens(l.genRetired, gone))
+	if l.pinDir != "" && committed {
 		for _, u := range dropped {
 			errs = append(errs, u.unpin()) // so that Close waits for them
 		}
+		errs = append(errs, fault("update: unpinned"))
 	}
 	errs = append(errs, closeUnits(dropped), old.Release())
-	if l.pinDir != "" {
-		errs = append(errs, l.removeOldPins(oldDirs, oldPins))
+	if l.pinDir != "" && committed {
+		errs = append(errs, l.removeOrphans())
 	}
 	return append(errs, setGenState(l.genState, gen, false))
 }
@@ -175,16 +188,12 @@ func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit
 // repin lays the updated link out in its directory: the new program
 // copies, every unit in a new directory (a kept one through second
 // handles, leaving its old pins in place), then the new manifest in place
-// of the old in one rename. oldPins are the programs' pins before.
-func (l *Link) repin(oldPins []pinnedProg) error {
+// of the old in one rename.
+func (l *Link) repin() error {
 	dir := l.pinDir
-	have := map[string]bool{}
-	for _, p := range oldPins {
-		have[p.Pin] = true
-	}
 	pins := l.programPins()
 	for i, p := range l.Programs() {
-		if !have[pins[i].Pin] {
+		if _, err := os.Stat(filepath.Join(dir, pins[i].Pin)); err != nil {
 			if err := pinClone(p, filepath.Join(dir, pins[i].Pin)); err != nil {
 				return err
 			}
@@ -201,34 +210,19 @@ func (l *Link) repin(oldPins []pinnedProg) error {
 		if err := l.pinUnit(u); err != nil {
 			return err
 		}
+		if err := fault("update: unit pinned"); err != nil {
+			return err
+		}
 	}
 	next := filepath.Join(dir, pinManifest+"_next")
 	_ = os.Remove(next) // from an update cut short
 	if err := writeManifest(l.buildManifest(), next); err != nil {
 		return err
 	}
+	if err := fault("update: commit"); err != nil {
+		return err
+	}
 	return os.Rename(next, filepath.Join(dir, pinManifest))
-}
-
-// removeOldPins removes the unit directories and program pins that the
-// manifest in place no longer names.
-func (l *Link) removeOldPins(oldDirs []string, oldPins []pinnedProg) error {
-	var errs []error
-	for _, d := range oldDirs {
-		errs = append(errs, os.RemoveAll(filepath.Join(l.pinDir, d)))
-	}
-	now := map[string]bool{}
-	for _, p := range l.programPins() {
-		now[p.Pin] = true
-	}
-	for _, p := range oldPins {
-		if !now[p.Pin] {
-			if err := os.Remove(filepath.Join(l.pinDir, p.Pin)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // keepTarget reports whether an old unit of kind holds t as it is (same
