@@ -16,6 +16,7 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"github.com/multiprobe/multiprobe/internal/fds"
 )
 
 // Options change what a Watch does. A nil *Options is the zero value.
@@ -55,6 +56,11 @@ const (
 	// Restored: the file's link was pinned by an earlier Watch under
 	// Options.PinDir, and taken back.
 	Restored
+	// Rescanned: the watch could not read an event (Err says why: a
+	// malformed record, a read error), so it read every process's
+	// mappings again, as after events the kernel had no room for, and
+	// goes on. Path and PID are empty.
+	Rescanned
 )
 
 func (w What) String() string {
@@ -67,6 +73,8 @@ func (w What) String() string {
 		return "skipped"
 	case Restored:
 		return "restored"
+	case Rescanned:
+		return "rescanned"
 	}
 	return fmt.Sprintf("What(%d)", int(w))
 }
@@ -151,9 +159,11 @@ type Watch struct {
 	src     *source
 	tr      *tracker
 	done    chan struct{} // closed when the loop has returned
-	// quit ends rescan; rescanned is done when it has.
+	// quit ends rescan (and a pause of the loop); rescanned is done when
+	// rescan has returned.
 	quit      chan struct{}
 	rescanned sync.WaitGroup
+	closeOnce sync.Once
 
 	mu     sync.Mutex
 	files  map[fileKey]*attached
@@ -241,13 +251,32 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	return w, nil
 }
 
+// loop handles the events until Close. An event it cannot read ends
+// nothing: it says so, reads /proc again for what it may have missed, and
+// goes on, after a pause if reads keep failing.
 func (w *Watch) loop() {
 	defer close(w.done)
+	pause := time.Duration(0)
 	for {
 		e, err := w.src.read()
-		if err != nil {
-			return
+		if errors.Is(err, os.ErrClosed) {
+			return // Close
 		}
+		if err != nil {
+			w.report(Report{What: Rescanned, Err: err})
+			w.mu.Lock()
+			w.tr.rescan()
+			w.sweep()
+			w.mu.Unlock()
+			pause = min(max(2*pause, time.Millisecond), time.Second)
+			select {
+			case <-w.quit:
+				return
+			case <-time.After(pause):
+			}
+			continue
+		}
+		pause = 0
 		w.mu.Lock()
 		w.tr.handle(e)
 		if e.Kind == eventExit {
@@ -357,7 +386,9 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 			a.close()
 		}
 	}()
-	if a.file, err = os.Open(f.hostPath); err != nil {
+	// Not os.Open: a process can put a FIFO where its file was, which
+	// would block the open, and the watch with it.
+	if a.file, err = fds.OpenRegular(f.hostPath); err != nil {
 		return nil, err
 	}
 	if a.buildID = buildID(a.file); a.buildID != "" {
@@ -507,7 +538,7 @@ func (w *Watch) idle(f *tracked) {
 // open from here on, which tells when it is unlinked.
 func (w *Watch) reached(f *tracked) {
 	if a := w.files[f.key]; a != nil && a.file == nil {
-		a.file, _ = os.Open(f.hostPath)
+		a.file, _ = fds.OpenRegular(f.hostPath)
 	}
 }
 
@@ -573,12 +604,18 @@ func (w *Watch) Files() []File {
 	return out
 }
 
-// Close stops the watch and detaches every file.
+// Close stops the watch and detaches every file. It may be called more
+// than once, also concurrently; later calls return nil.
 func (w *Watch) Close() error {
+	first := false
+	w.closeOnce.Do(func() { first = true })
+	if !first {
+		return nil
+	}
+	close(w.quit)
 	// The loop first: it may be using the iterator.
 	err := w.src.stop()
 	<-w.done
-	close(w.quit)
 	w.rescanned.Wait()
 	err = errors.Join(err, w.src.Close())
 	w.mu.Lock()

@@ -54,6 +54,9 @@ type follower struct {
 	// skipped are the files that could not be attached, each said once
 	// (by path and reason): a file is tried again at each mapping.
 	skipped map[string]bool
+	// rescans counts the events the watch could not read, the first
+	// said (all of them with --verbose).
+	rescans int
 	// attached, if not nil, is told of each file attached, before its
 	// report is taken in.
 	attached func(watch.Report)
@@ -162,6 +165,10 @@ func (fl *follower) report(r watch.Report) {
 		if !fl.skipped[key] {
 			fl.skipped[key] = true
 			fmt.Fprintf(fl.stderr, "skipped %s (process %d, %s): %v\n", r.Path, r.PID, where(r), r.Err)
+		}
+	case watch.Rescanned:
+		if fl.rescans++; fl.rescans == 1 || fl.verbose != nil {
+			fmt.Fprintf(fl.stderr, "the watch could not read an event (%v): it read every process's mappings again; calls made meanwhile in files it attached late are not counted\n", r.Err)
 		}
 	case watch.Detached:
 		if fe := fl.fileAt[r.File]; fe != nil {

@@ -1,0 +1,182 @@
+package watch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/internal/fds"
+	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/kernelprobe"
+)
+
+// injectEvent writes a record of n zero bytes into the watch's ring
+// buffer, as a kernel program would, through a socket filter run once.
+func injectEvent(t *testing.T, w *Watch, n int32) {
+	t.Helper()
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.SocketFilter, License: "GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R1, 0),
+			asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord),
+			asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord),
+			asm.LoadMapPtr(asm.R1, w.src.objs.Events.FD()),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -16),
+			asm.Mov.Imm(asm.R3, n),
+			asm.Mov.Imm(asm.R4, 0),
+			asm.FnRingbufOutput.Call(),
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	if _, err := prog.Run(&ebpf.RunOptions{Data: make([]byte, 14)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reports collects a Watch's reports.
+type reports struct {
+	mu  sync.Mutex
+	all []Report
+}
+
+func (r *reports) add(rep Report) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.all = append(r.all, rep)
+}
+
+// wait returns the first report for which ok is true, waiting up to 10 s.
+func (r *reports) wait(t *testing.T, what string, ok func(Report) bool) Report {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		r.mu.Lock()
+		for _, rep := range r.all {
+			if ok(rep) {
+				r.mu.Unlock()
+				return rep
+			}
+		}
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t.Fatalf("no report of %s in 10 s; reports: %+v", what, r.all)
+	return Report{}
+}
+
+// TestWatchMalformedEvent: a record the watch cannot read (8 bytes, of the
+// 16 an event has) is reported, with a rescan of /proc, and the watch goes
+// on: a file that appears afterwards is attached and every call counted.
+// Before, the event loop returned at the record: nothing was attached
+// after it, and Close said nothing. Close may be called twice.
+func TestWatchMalformedEvent(t *testing.T) {
+	requireEvents(t)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, calls = 5, 3
+	dir := t.TempDir()
+	spec, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes("uprobe:" + dir + "/*:func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got reports
+	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: got.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	injectEvent(t, w, 8)
+	rep := got.wait(t, "the malformed event", func(r Report) bool { return r.What == Rescanned })
+	if rep.Err == nil {
+		t.Error("Rescanned report without its error")
+	}
+
+	target := filepath.Join(dir, "after")
+	data, err := os.ReadFile(testprogs.BuildTarget(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(target, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Run until attached: the watch attaches a file a millisecond or so
+	// after its process maps it, and calls before that are not counted.
+	for runs := 0; ; runs++ {
+		if files := w.Files(); len(files) == 1 {
+			c.Counts.Update(uint32(0), uint64(0), ebpf.UpdateAny) // from here on
+			for i := range uint32(n) {
+				c.Counts.Update(i, uint64(0), ebpf.UpdateAny)
+			}
+			break
+		}
+		if runs == 1000 {
+			t.Fatalf("%s not attached after the malformed event: %+v", target, got.all)
+		}
+		if out, err := exec.Command(target, "1").CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", target, err, out)
+		}
+	}
+	if out, err := exec.Command(target, fmt.Sprint(calls)).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", target, err, out)
+	}
+	checkCounts(t, c, n, calls, 1)
+
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}
+
+// TestAttachFIFO: a file a process mapped and then replaced by a FIFO at
+// its path (an unprivileged user can) is skipped at once, with
+// fds.ErrNotRegular: os.Open there blocked until a writer came, holding
+// the watch's lock, and the watch hung for good.
+func TestAttachFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "lib.so")
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probes, err := multiprobe.ParseProbes("uprobe:" + fifo + ":f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Watch{probes: probes, targets: [][]string{{fifo}}, builds: map[string]*build{}, bases: map[string]uint64{}}
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.attach(&tracked{path: fifo, hostPath: fifo})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, fds.ErrNotRegular) {
+			t.Errorf("attach of a FIFO: %v, want ErrNotRegular", err)
+		}
+	case <-time.After(5 * time.Second):
+		// Let the open return, so the test ends.
+		if wr, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+			wr.Close()
+		}
+		t.Fatal("attach of a FIFO blocked")
+	}
+}
