@@ -57,9 +57,6 @@ func AllMapSpec() *ebpf.MapSpec {
 	}
 }
 
-// prologueLen is the number of instructions Inject prepends.
-const prologueLen = 19
-
 // stackSlot is where the prologue stores the lookup keys. It is below the
 // frame pointer like every stack slot; the program overwrites it freely
 // afterwards.
@@ -71,26 +68,38 @@ const stackSlot = -4
 // it. r6 is callee-saved, so it survives the helper calls; the program's
 // own code starts with only r1 and r10 defined, so using r6 here takes
 // nothing from it.
+//
+// A process not in the set reads the every-process count again before
+// its call is dropped. A change between every process and a set writes
+// the two maps one after the other (to every process: the count, then the
+// pids leave), and a run that read the count just before the first write
+// and looks the pid up just after the second would drop a call of a
+// process let through before the change and after it (2 of 48,000 calls
+// were, switching in a loop). Read again after the miss, the count is the
+// new one; the other way (the pids first, then the count) a run that
+// reads the new count finds the pids. The second read costs only the
+// processes that are not let through, an inlined array read.
 func filter() asm.Instructions {
-	// Jump offsets count 8-byte slots; a map load takes two. The layout,
-	// by slot: 0-6 the AllMapName lookup, 7 its nil check, 8-9 the flag,
-	// 10-18 the pid lookup, 19-20 "r0 = 0; exit", 21 the program.
-	noAll := asm.JEq.Imm(asm.R0, 0, "")
-	noAll.Offset = 11 // to "r0 = 0; exit"
-	all := asm.JNE.Imm(asm.R1, 0, "")
-	all.Offset = 11 // to the program
-	found := asm.JNE.Imm(asm.R0, 0, "")
-	found.Offset = 2 // over "r0 = 0; exit"
-	return asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
+	const (
+		program = prologue.Label("program") // past the filter: r1 = r6, the program
+		drop    = prologue.Label("drop")
+	)
+	j := func(ins asm.Instruction, to prologue.Label) prologue.Jump {
+		return prologue.Jump{Instruction: ins, To: to}
+	}
+	readAll := []any{
 		asm.StoreImm(asm.RFP, stackSlot, 0, asm.Word),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, stackSlot),
 		asm.LoadMapPtr(asm.R1, 0).WithReference(AllMapName),
 		asm.FnMapLookupElem.Call(),
-		noAll,
+		j(asm.JEq.Imm(asm.R0, 0, ""), drop),
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
-		all,
+		j(asm.JNE.Imm(asm.R1, 0, ""), program),
+	}
+	items := []any{asm.Mov.Reg(asm.R6, asm.R1)}
+	items = append(items, readAll...)
+	items = append(items,
 		asm.FnGetCurrentPidTgid.Call(),
 		asm.RSh.Imm(asm.R0, 32), // the tgid: what user space calls the pid
 		asm.StoreMem(asm.RFP, stackSlot, asm.R0, asm.Word),
@@ -98,11 +107,15 @@ func filter() asm.Instructions {
 		asm.Add.Imm(asm.R2, stackSlot),
 		asm.LoadMapPtr(asm.R1, 0).WithReference(MapName),
 		asm.FnMapLookupElem.Call(),
-		found,
+		j(asm.JNE.Imm(asm.R0, 0, ""), program),
+	)
+	items = append(items, readAll...)
+	items = append(items,
+		drop,
 		asm.Mov.Imm(asm.R0, 0),
 		asm.Return(),
-		// then: r1 = r6, the first instruction of the program proper
-	}
+	)
+	return prologue.Resolve(items...)
 }
 
 // Inject prepends a pid filter to the named programs of cs, or to every
@@ -183,10 +196,10 @@ func InjectProgram(p *ebpf.ProgramSpec) error {
 
 // injected reports whether insns start with the prologue.
 func injected(insns asm.Instructions) bool {
-	if len(insns) <= prologueLen {
+	want := filter()
+	if len(insns) <= len(want) {
 		return false
 	}
-	want := filter()
 	for i, ins := range want {
 		got := insns[i]
 		if got.OpCode != ins.OpCode || got.Dst != ins.Dst || got.Src != ins.Src || got.Reference() != ins.Reference() {
