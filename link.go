@@ -26,13 +26,20 @@ import (
 // Link holds: its pid filter, its references to USDT argument specs and its
 // per-site copies on kernels without BPF cookies (see the package
 // documentation for each).
+//
+// A Link is safe for concurrent use: Update, Pin, Unpin and Close change
+// it one at a time, and each waits for the others; the methods that read
+// it (Sites, Programs, FDs, ...) wait for a change in progress and see the
+// Link before or after it, never half-changed. SetPIDs and PIDs do not
+// wait for an Update: the pid filter stays the Link's across it.
 type Link struct {
 	plan  *Plan         // nil for a Link taken back by LoadPinnedLink
 	prog  *ebpf.Program // as given to Attach
 	path  kernelprobe.Path
 	units []*unit
 	// features are the kernel's, as the plan decided with them.
-	features kernelprobe.Features // kernelPID is the pid the kernel filters by (Options.PID alone where
+	features kernelprobe.Features
+	// kernelPID is the pid the kernel filters by (Options.PID alone where
 	// it can), 0 for none.
 	kernelPID int
 	clones    []*ebpf.Program // the copies of the program the link loaded
@@ -64,7 +71,9 @@ type Link struct {
 	ownMaps  []*ebpf.Map
 	stale    []error
 
-	updateMu sync.Mutex // serialises Update
+	// state guards the fields above: Update, Pin, Unpin and Close hold
+	// it to write, the readers to read. It comes before mu.
+	state sync.RWMutex
 
 	mu     sync.Mutex
 	forks  *pidfilter.Forks  // with Options.Descendants: the set follows forks
@@ -293,7 +302,11 @@ func (l *Link) leaveOut(pl *Plan, kind Kind, targets []target.Target, refused []
 // ErrUnprobeable). Their cookies count nothing. A site that a probe names
 // exactly is never left out: Attach fails instead. Plan.LeftOut lists
 // what Resolve left out before.
-func (l *Link) LeftOut() []Site { return cloneSites(l.leftOut) }
+func (l *Link) LeftOut() []Site {
+	l.state.RLock()
+	defer l.state.RUnlock()
+	return cloneSites(l.leftOut)
+}
 
 // name fills in the names of uprobe sites for the perf-event path's
 // messages, where attaching a site costs far more than naming it.
@@ -326,6 +339,12 @@ func (pl *Plan) name(targets []target.Target) {
 // Sites returns the attached sites, as Plan.Sites does: a copy of its own
 // at each call; a site's index is its cookie (less Options.CookieBase).
 func (l *Link) Sites() []Site {
+	l.state.RLock()
+	defer l.state.RUnlock()
+	return l.sites()
+}
+
+func (l *Link) sites() []Site {
 	if l.plan == nil {
 		return cloneSites(l.manifest.sites)
 	}
@@ -338,6 +357,8 @@ func (l *Link) Path() kernelprobe.Path { return l.path }
 // Links returns the underlying uprobe_multi links, for their kernel info;
 // none on the perf-event path.
 func (l *Link) Links() []*attach.Link {
+	l.state.RLock()
+	defer l.state.RUnlock()
 	var out []*attach.Link
 	for _, u := range l.units {
 		if u.multi != nil {
@@ -352,6 +373,12 @@ func (l *Link) Links() []*attach.Link {
 // (ebpf.Program.Stats) are where the runs are counted. They are the
 // link's: do not close them, and read them before Close.
 func (l *Link) Programs() []*ebpf.Program {
+	l.state.RLock()
+	defer l.state.RUnlock()
+	return l.programs()
+}
+
+func (l *Link) programs() []*ebpf.Program {
 	if len(l.clones) > 0 {
 		return slices.Clone(l.clones)
 	}
@@ -362,7 +389,11 @@ func (l *Link) Programs() []*ebpf.Program {
 // one per site on a kernel without BPF cookies (before Linux 5.15), for a
 // program that reads its cookie with mp_cookie; otherwise one where the
 // link filters by pid in BPF, none where it does not.
-func (l *Link) Clones() int { return len(l.clones) }
+func (l *Link) Clones() int {
+	l.state.RLock()
+	defer l.state.RUnlock()
+	return len(l.clones)
+}
 
 // FDs returns how many file descriptors the link holds: one per binary
 // and kind on the uprobe_multi path, one or two per site on the perf-event
@@ -370,6 +401,8 @@ func (l *Link) Clones() int { return len(l.clones) }
 // BTF if the program has any, two for its own pid filter, and one for its
 // handle of the USDT spec table.
 func (l *Link) FDs() int {
+	l.state.RLock()
+	defer l.state.RUnlock()
 	n := l.cloneFDs
 	if l.ownProg {
 		n++
@@ -396,6 +429,8 @@ func (l *Link) FDs() int {
 // process holds, its file descriptors, and leaves the probes, their pid
 // filter and USDT specs for LoadPinnedLink. Unpin first to detach.
 func (l *Link) Close() error {
+	l.state.Lock()
+	defer l.state.Unlock()
 	var errs []error
 	if l.genRetired != nil && l.pinDir == "" && len(l.units) > 0 {
 		// Silent at once, even while a link outlives its descriptor

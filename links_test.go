@@ -1,12 +1,18 @@
 package multiprobe_test
 
 import (
+	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
+	"golang.org/x/sys/unix"
 )
 
 // semaCalls is how many calls of fn0, fn1 and fn2 one "c 1" makes to the
@@ -184,6 +190,155 @@ func TestUSDTSpecsPerLink(t *testing.T) {
 		}
 		if held := heldSpecs(t, c.Specs); held != 0 {
 			t.Errorf("%d USDT spec ids still held after both links closed", held)
+		}
+	})
+}
+
+// TestSetPIDsToggles switches a link between every process and a set that
+// holds the target, again and again, while the target calls: the target is
+// let through before and after each switch, so every call counts. Before,
+// a run that read the every-process count before a switch to every process
+// and looked the pid up after it had left the set dropped the call (108 of
+// 315,000).
+func TestSetPIDsToggles(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		const n = 5
+		calls := 200_000 // a million calls
+		if testutil.InGuest() {
+			calls = 4_000
+		}
+		target := testprogs.PrivateTarget(t, n)
+		p := startWaiting(t, target, calls)
+		c, plans := setup(t, f, multiprobe.Options{PIDs: []int{p.PID()}}, []string{"uprobe:" + target + ":func_*"})
+		l := mustAttach(t, plans[0], c.CountEntry)
+		stop := make(chan struct{})
+		toggled := make(chan int)
+		go func() {
+			k := 0
+			defer func() { toggled <- k }()
+			for ; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				if k%2 == 0 {
+					err = l.SetPIDs()
+				} else {
+					err = l.SetPIDs(p.PID())
+				}
+				if errors.Is(err, unix.ESRCH) {
+					return // the target has exited: SetPIDs refuses a pid gone
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		p.Finish(t)
+		close(stop)
+		switches := <-toggled
+		var want, got uint64
+		for i := range n {
+			want += uint64(testprogs.ExpectedCalls(i, calls))
+		}
+		c.PIDCounts.Lookup(uint32(p.PID()), &got)
+		if got != want {
+			t.Errorf("%d of %d calls counted across %d switches between every process and the target's pid", got, want, switches)
+		}
+		t.Logf("%d calls across %d switches", want, switches)
+	})
+}
+
+// TestLinkConcurrent calls a Link's methods from several goroutines at
+// once, Update, SetPIDs, Pin and Unpin, Sites, FDs and Programs, then
+// Close from two: under -race, nothing races, and the Link ends closed
+// with nothing left attached. Before, Update wrote the Link's units and
+// copies while the readers and Close took no lock.
+func TestLinkConcurrent(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		if f.Path() == kernelprobe.PathPerfEvent && !f.Cookies {
+			t.Skip("perf-event uprobes are not links to pin before Linux 5.15")
+		}
+		target := testprogs.PrivateTarget(t, 5)
+		p := startWaiting(t, target, 1)
+		defer p.Finish(t)
+		c, plans := setup(t, f, multiprobe.Options{Updatable: true, PIDs: []int{p.PID()}},
+			[]string{"uprobe:" + target + ":func_0000[01]"}, []string{"uprobe:" + target + ":func_0000[234]"})
+		progs := probetest.TakeSnapshot(t, c.CountEntry)
+		l, err := plans[0].Attach(c.CountEntry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := testutil.BPFFS(t) + "/link"
+		rounds := sitesFor(f, 20, 10)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for r := range rounds {
+				// An update takes ~0.1 s here; one that took the
+				// links' grace (bpfsys.LinkGrace) waited for a link
+				// still pinned (a Pin after Unpin pinned through
+				// second handles that Update did not remove).
+				t0 := time.Now()
+				err := l.Update(plans[(r+1)%2])
+				if d := time.Since(t0); d > 4*time.Second {
+					t.Errorf("update %d took %v", r, d)
+				}
+				if err != nil {
+					t.Errorf("update %d: %v", r, err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for r := range rounds {
+				var err error
+				if r%2 == 0 {
+					err = l.SetPIDs()
+				} else {
+					err = l.SetPIDs(p.PID())
+				}
+				if err != nil {
+					t.Errorf("SetPIDs %d: %v", r, err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for r := range rounds {
+				if err := l.Pin(dir); err != nil {
+					t.Errorf("Pin %d: %v", r, err)
+					continue
+				}
+				if err := l.Unpin(); err != nil {
+					t.Errorf("Unpin %d: %v", r, err)
+				}
+			}
+		})
+		wg.Go(func() {
+			for range 10 * rounds {
+				if n := len(l.Sites()); n != 2 && n != 3 {
+					t.Errorf("Sites: %d, want 2 or 3", n)
+				}
+				if len(l.Programs()) == 0 || l.FDs() == 0 {
+					t.Error("Programs or FDs: none while attached")
+				}
+				_ = l.LeftOut()
+				_ = l.PIDs()
+			}
+		})
+		wg.Wait()
+		for range 2 {
+			wg.Go(func() {
+				if err := l.Close(); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		progs.Check(t, "after Close")
+		if err := l.Update(plans[0]); err == nil {
+			t.Error("Update of a closed Link: no error")
 		}
 	})
 }

@@ -209,6 +209,8 @@ func (p *pinnedSymbol) site(s *Site) *elfsym.Site {
 // The user's own maps (counters, histograms) are the user's to pin, with
 // ebpf.Map.Pin or cilium/ebpf's MapOptions.PinPath.
 func (l *Link) Pin(dir string) (err error) {
+	l.state.Lock()
+	defer l.state.Unlock()
 	if len(l.units) == 0 {
 		return fmt.Errorf("multiprobe: pin of a closed link: %w", os.ErrClosed)
 	}
@@ -237,11 +239,11 @@ func (l *Link) Pin(dir string) (err error) {
 	l.pinDir = dir
 	defer func() {
 		if err != nil {
-			err = errors.Join(fmt.Errorf("multiprobe: pinning in %s: %w", dir, err), l.Unpin())
+			err = errors.Join(fmt.Errorf("multiprobe: pinning in %s: %w", dir, err), l.unpin())
 		}
 	}()
 	pins := l.programPins()
-	for i, p := range l.Programs() {
+	for i, p := range l.programs() {
 		if err := pinClone(p, filepath.Join(dir, pins[i].Pin)); err != nil {
 			return err
 		}
@@ -342,6 +344,12 @@ func pinClone[T interface {
 // frees what they hold, and removes the directory if that leaves it
 // empty. The Link stays attached until Close.
 func (l *Link) Unpin() error {
+	l.state.Lock()
+	defer l.state.Unlock()
+	return l.unpin()
+}
+
+func (l *Link) unpin() error {
 	dir := l.pinDir
 	if dir == "" {
 		return fmt.Errorf("multiprobe: Unpin: %w", ErrNotPinned)
@@ -349,6 +357,7 @@ func (l *Link) Unpin() error {
 	var errs []error
 	for _, u := range l.units {
 		errs = append(errs, u.unpin())
+		u.pinDir = "" // a Pin again pins it anew, not through second handles
 	}
 	// Whatever of the link's layout is there, also what an update cut
 	// short left.
@@ -401,7 +410,7 @@ func (l *Link) buildManifest() *manifest {
 		m.Units = append(m.Units, pu)
 	}
 	probes, paths := map[*Probe]int{}, map[string]int{}
-	for _, s := range l.Sites() {
+	for _, s := range l.sites() {
 		pi, ok := probes[s.Probe]
 		if !ok {
 			pi = len(m.Probes)
@@ -818,7 +827,11 @@ func (l *Link) checkFiles() []error {
 // ErrFileChanged and saying what changed. Its sites probe the file as it
 // was; Resolve and Attach again to probe the new one. Nil for a Link that
 // Attach made, or whose binaries are as they were.
-func (l *Link) StaleFiles() []error { return l.stale }
+func (l *Link) StaleFiles() []error {
+	l.state.RLock()
+	defer l.state.RUnlock()
+	return l.stale
+}
 
 // loadGenRetired takes back the map of retired generations pinned in dir,
 // or makes (and pins) one where a Link was pinned before there was one: its

@@ -45,8 +45,8 @@ var ErrNotUpdatable = errors.New("link has no generation check (resolve with Opt
 // A pinned Link stays pinned: the new links and copies are pinned, the
 // manifest is replaced, and the pins of what was detached are removed.
 func (l *Link) Update(pl *Plan) (err error) {
-	l.updateMu.Lock()
-	defer l.updateMu.Unlock()
+	l.state.Lock()
+	defer l.state.Unlock()
 	switch {
 	case len(l.units) == 0:
 		return fmt.Errorf("multiprobe: Update of a closed link: %w", ErrNotUpdatable)
@@ -174,7 +174,9 @@ func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit
 	errs = append(errs, retireGens(l.genRetired, gone))
 	if l.pinDir != "" && committed {
 		for _, u := range dropped {
-			errs = append(errs, u.unpin()) // so that Close waits for them
+			// So that Close waits for them: their pins, and the
+			// second handles' of a unit an earlier update kept.
+			errs = append(errs, u.unpin(), os.RemoveAll(filepath.Join(l.pinDir, u.pinDir)))
 		}
 		errs = append(errs, fault("update: unpinned"))
 	}
@@ -192,7 +194,7 @@ func (l *Link) retire(pl *Plan, gen uint32, keep map[*unit][]bool, added []*unit
 func (l *Link) repin() error {
 	dir := l.pinDir
 	pins := l.programPins()
-	for i, p := range l.Programs() {
+	for i, p := range l.programs() {
 		if _, err := os.Stat(filepath.Join(dir, pins[i].Pin)); err != nil {
 			if err := pinClone(p, filepath.Join(dir, pins[i].Pin)); err != nil {
 				return err
