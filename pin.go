@@ -49,8 +49,16 @@ const (
 	// builds where x/sys/unix has no Linux names.
 	bpfFSMagic = 0xcafe4a11
 	rdonlyProg = 1 << 7
-	// maxManifest bounds the manifest's JSON, about 300 bytes per site.
+	// maxManifest bounds the manifest's JSON, about 300 bytes per site;
+	// each part is bounded tighter by what it can need (see gunzipPart).
 	maxManifest = 1 << 30
+	// A part's JSON is at most manifestSlack more than headRatio times
+	// its gzip'ed size (the head: numbers, which gzip about 5 to 1), and
+	// the sites' at most siteJSON a site, for as many sites as the units
+	// have offsets, and the refused ones beside them.
+	manifestSlack = 1 << 20
+	headRatio     = 64
+	siteJSON      = 16 << 10
 	// pinVersion is the manifest's format. LoadPinnedLink refuses others.
 	pinVersion = 1
 )
@@ -217,18 +225,8 @@ func (l *Link) Pin(dir string) (err error) {
 	if l.pinDir != "" {
 		return fmt.Errorf("multiprobe: the link is pinned at %s already: Unpin it first", l.pinDir)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		if errors.Is(err, unix.EPERM) {
-			err = fmt.Errorf("%w (a BPF filesystem refuses names with a dot)", err)
-		}
-		return fmt.Errorf("multiprobe: %w", err)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("multiprobe: %w", err)
-	}
-	if uint32(st.Type) != bpfFSMagic {
-		return fmt.Errorf("multiprobe: %s is not on a BPF filesystem (mount one with mount -t bpf bpf /sys/fs/bpf): %w", dir, unix.EINVAL)
+	if err := checkPinDir(dir); err != nil {
+		return err
 	}
 	if _, err := os.Stat(filepath.Join(dir, pinManifest)); err == nil {
 		return fmt.Errorf("multiprobe: %s holds a pinned link already: %w", dir, os.ErrExist)
@@ -498,8 +496,11 @@ func encodeManifest(m *manifest) ([]byte, error) {
 }
 
 // gunzipPart reads one length-prefixed gzip part off data and returns it
-// decompressed, and the rest of data.
-func gunzipPart(data []byte) (part, rest []byte, err error) {
+// decompressed, and the rest of data. limit bounds the part from what it
+// can need (as a function of its gzip'ed size), so that a manifest anyone
+// with access to the BPF filesystem wrote cannot make LoadPinnedLink
+// inflate a gigabyte.
+func gunzipPart(data []byte, limit func(zsize int) int) (part, rest []byte, err error) {
 	if len(data) < 8 {
 		return nil, nil, fmt.Errorf("not a multiprobe manifest (%d bytes): %w", len(data), ErrNotPinned)
 	}
@@ -511,12 +512,13 @@ func gunzipPart(data []byte) (part, rest []byte, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	part, err = io.ReadAll(io.LimitReader(zr, maxManifest+1))
+	max := min(limit(int(size)), maxManifest)
+	part, err = io.ReadAll(io.LimitReader(zr, int64(max)+1))
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(part) > maxManifest {
-		return nil, nil, fmt.Errorf("manifest larger than %d bytes: %w", maxManifest, ErrNotPinned)
+	if len(part) > max {
+		return nil, nil, fmt.Errorf("manifest part of %d bytes gzip'ed inflates past %d bytes, more than its sites can need: %w", size, max, ErrNotPinned)
 	}
 	return part, data[8+size:], nil
 }
@@ -568,7 +570,7 @@ func decodeManifest(data []byte) (*manifest, error) {
 // decodeManifestHead decodes the manifest but its sites, which sites
 // decodes (and checks).
 func decodeManifestHead(data []byte) (_ *manifest, sites func() error, err error) {
-	raw, rest, err := gunzipPart(data)
+	raw, rest, err := gunzipPart(data, func(zsize int) int { return manifestSlack + min(zsize, maxManifest/headRatio)*headRatio })
 	if err != nil {
 		return nil, nil, err
 	}
@@ -590,8 +592,14 @@ func decodeManifestHead(data []byte) (_ *manifest, sites func() error, err error
 	if err := m.check(); err != nil {
 		return nil, nil, err
 	}
+	offsets := 0
+	for _, u := range m.Units {
+		for _, t := range u.Targets {
+			offsets += len(t.Offsets)
+		}
+	}
 	sites = func() error {
-		raw, _, err := gunzipPart(rest)
+		raw, _, err := gunzipPart(rest, func(int) int { return manifestSlack + min(offsets+target.MaxRefusals, maxManifest/siteJSON)*siteJSON })
 		if err != nil {
 			return err
 		}
@@ -851,3 +859,34 @@ func loadGenRetired(dir string) (*ebpf.Map, error) {
 	}
 	return m, nil
 }
+
+// checkPinDir makes dir, a directory on a BPF filesystem, if it is not
+// there, and fails if it is not on one, leaving nothing it made.
+func checkPinDir(dir string) error {
+	_, err := os.Stat(dir)
+	made := errors.Is(err, os.ErrNotExist)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if errors.Is(err, unix.EPERM) {
+			err = fmt.Errorf("%w (a BPF filesystem refuses names with a dot)", err)
+		}
+		return fmt.Errorf("multiprobe: %w", err)
+	}
+	var st unix.Statfs_t
+	err = unix.Statfs(dir, &st)
+	if err == nil && uint32(st.Type) != bpfFSMagic {
+		err = fmt.Errorf("%s is not on a BPF filesystem (mount one with mount -t bpf bpf /sys/fs/bpf): %w", dir, unix.EINVAL)
+	}
+	if err != nil {
+		if made {
+			os.Remove(dir)
+		}
+		return fmt.Errorf("multiprobe: %w", err)
+	}
+	return nil
+}
+
+// CheckPinDir reports whether Pin can pin in dir: a directory on a BPF
+// filesystem, which it makes if it is not there (and removes again if it
+// cannot be one). A long-running program checks its pin directory at
+// start, before it attaches anything that Pin would then refuse.
+func CheckPinDir(dir string) error { return checkPinDir(dir) }

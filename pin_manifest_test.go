@@ -1,9 +1,14 @@
 package multiprobe
 
 import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/usdt"
@@ -88,4 +93,56 @@ func FuzzDecodeManifest(f *testing.F) {
 			_ = m.targets(u)
 		}
 	})
+}
+
+// TestManifestBounds: a manifest of 100,000 sites (offsets and cookies in
+// sequence, the kind gzip shrinks most) decodes; a manifest whose head or
+// sites inflate far past what its sites can need (64 MiB of JSON in
+// 64 KiB) is refused at once, without inflating it. Before,
+// LoadPinnedLink inflated up to 1 GiB (27.8 s and +1.2 GB there).
+func TestManifestBounds(t *testing.T) {
+	m := testManifest()
+	const n = 100_000
+	tg := &m.Units[0].Targets[0]
+	tg.Offsets, tg.Cookies = nil, nil
+	m.Sites = nil
+	for i := range n {
+		tg.Offsets = append(tg.Offsets, uint64(0x1000+16*i))
+		tg.Cookies = append(tg.Cookies, uint64(i))
+		m.Sites = append(m.Sites, pinnedSite{Name: fmt.Sprintf("func_%06d", i), Offset: uint64(0x1000 + 16*i), Cookie: uint64(i)})
+	}
+	data, err := encodeManifest(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeManifest(data); err != nil {
+		t.Fatalf("a manifest of %d sites (%d bytes): %v", n, len(data), err)
+	}
+
+	bomb := func(json string, pad int) []byte {
+		var buf bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		zw.Write([]byte(json))
+		zw.Write(bytes.Repeat([]byte(" "), pad))
+		zw.Close()
+		return append(binary.NativeEndian.AppendUint64(nil, uint64(buf.Len())), buf.Bytes()...)
+	}
+	head, _ := encodeManifest(testManifest())
+	headLen := 8 + int(binary.NativeEndian.Uint64(head))
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"head", bomb(`{"version":1}`, 64<<20)},
+		{"sites", append(head[:headLen:headLen], bomb(`{}`, 64<<20)...)},
+	} {
+		start := time.Now()
+		_, err := decodeManifest(tc.data)
+		if !errors.Is(err, ErrNotPinned) {
+			t.Errorf("%s inflating to 64 MiB (%d bytes): %v, want ErrNotPinned", tc.name, len(tc.data), err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: refused after %v", tc.name, d)
+		}
+	}
 }

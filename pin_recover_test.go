@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 	"github.com/multiprobe/multiprobe/probetest"
+	"golang.org/x/sys/unix"
 )
 
 // The environment of the fault agent (faultAgent): the kill point and
@@ -343,4 +345,26 @@ func TestUpdateFailsAfterSwitch(t *testing.T) {
 		}
 		checkExact(t, "after Close", countDeltas(t, c.Counts, target), nil)
 	})
+}
+
+// TestCheckPinDir: a pin directory not on a BPF filesystem is refused, and
+// one Pin or CheckPinDir made for it is removed again; on one it is made.
+// Before, Pin left the directory it made, and a watch took such a
+// directory and then skipped every file.
+func TestCheckPinDir(t *testing.T) {
+	notBPF := filepath.Join(t.TempDir(), "pins", "agent")
+	if err := multiprobe.CheckPinDir(notBPF); !errors.Is(err, unix.EINVAL) {
+		t.Errorf("CheckPinDir of a directory on %s: %v, want EINVAL", filepath.Dir(notBPF), err)
+	}
+	if _, err := os.Stat(notBPF); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after the refusal %s is there (%v)", notBPF, err)
+	}
+	probetest.RequireBPF(t)
+	dir := testutil.BPFFS(t) + "/agent"
+	if err := multiprobe.CheckPinDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		t.Errorf("CheckPinDir did not make %s: %v", dir, err)
+	}
 }
