@@ -290,6 +290,15 @@ type Mapping struct {
 // ExecutableMappings lists the files that process pid has mapped
 // executable, in the order of /proc/PID/maps, each once.
 func ExecutableMappings(pid int) ([]Mapping, error) {
+	return ExecutableMappingsIf(pid, nil)
+}
+
+// ExecutableMappingsIf is ExecutableMappings of the files for which keep,
+// if not nil, returns true: it is given each Mapping without its HostPath,
+// which is found (a stat or more for each) only for the ones kept. A
+// watcher of mappings keeps the one an event names, or the ones whose
+// path matches, and pays nothing for the rest.
+func ExecutableMappingsIf(pid int, keep func(Mapping) bool) ([]Mapping, error) {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/maps")
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -297,10 +306,10 @@ func ExecutableMappings(pid int) ([]Mapping, error) {
 		}
 		return nil, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return executableFiles(parseMaps(data), pid), nil
+	return executableFiles(parseMaps(data), pid, keep), nil
 }
 
-func executableFiles(maps []mapsLine, pid int) []Mapping {
+func executableFiles(maps []mapsLine, pid int, keep func(Mapping) bool) []Mapping {
 	proc := "/proc/" + strconv.Itoa(pid)
 	root := proc + "/root"
 	// The maps give a path from this process's root where the file is
@@ -327,6 +336,9 @@ func executableFiles(maps []mapsLine, pid int) []Mapping {
 		ours := m.Path
 		if rest, ok := strings.CutPrefix(m.Path, chroot+"/"); ok && chroot != "" {
 			m.Path = "/" + rest
+		}
+		if keep != nil && !keep(m) {
+			continue
 		}
 		m.HostPath = reach(pm.Inode, root+m.Path, ours, fmt.Sprintf("%s/map_files/%x-%x", proc, pm.Start, pm.End))
 		out = append(out, m)

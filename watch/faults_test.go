@@ -17,6 +17,7 @@ import (
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/fds"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
+	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
@@ -178,5 +179,106 @@ func TestAttachFIFO(t *testing.T) {
 			wr.Close()
 		}
 		t.Fatal("attach of a FIFO blocked")
+	}
+}
+
+// TestWatchFailedOnce: a file that matches a target but cannot be
+// attached (not an ELF file), mapped by one process 20 times and by 10
+// more processes, is tried once and reported Skipped once, not resolved
+// again at every mapping; written over in place with a program that has
+// the symbol, it is attached at its next mapping and counted exactly.
+// Before, every mapping resolved it again and said so.
+func TestWatchFailedOnce(t *testing.T) {
+	requireEvents(t)
+	py, err := exec.LookPath("python3")
+	testutil.RequireTool(t, "python3", err)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, calls = 5, 3
+	path := filepath.Join(t.TempDir(), "lib.so")
+	if err := os.WriteFile(path, make([]byte, 8192), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes("uprobe:" + path + ":func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got reports
+	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: got.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	mapper := `import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+maps = [mmap.mmap(fd, 0, prot=mmap.PROT_READ | mmap.PROT_EXEC) for _ in range(int(sys.argv[2]))]
+print("ready", flush=True)
+sys.stdin.readline()`
+	holder := testprogs.Start(t, py, "-S", "-c", mapper, path, "20")
+	for range 10 {
+		testprogs.Start(t, py, "-S", "-c", mapper, path, "1").Finish(t)
+	}
+	skipped := func() int {
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		k := 0
+		for _, r := range got.all {
+			if r.What == Skipped && r.Path == path {
+				k++
+			}
+		}
+		return k
+	}
+	got.wait(t, "the file skipped", func(r Report) bool { return r.What == Skipped })
+	w.mu.Lock()
+	tries := -1
+	for _, fl := range w.failures {
+		tries = fl.tries
+	}
+	w.mu.Unlock()
+	// Tried again only after its backoff (1 s, 2 s, ...) while mapped.
+	if k := skipped(); k != 1 || tries > 2 {
+		t.Errorf("a file that failed, mapped by 11 processes: %d Skipped reports, tried again %d times; want 1 report and a retry a backoff", k, tries)
+	}
+
+	// In place: the same inode, another content.
+	data, err := os.ReadFile(testprogs.BuildTarget(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := testprogs.Start(t, path, "-wait", fmt.Sprint(calls))
+	got.wait(t, "the file attached once changed", func(r Report) bool { return r.What == Attached && r.Path == path })
+	p.Finish(t)
+	holder.Finish(t)
+	checkCounts(t, c, n, calls, 1)
+}
+
+// TestWatchPinDirNotBPF: New refuses a PinDir that is not on a BPF
+// filesystem, at once. Before, it started and then skipped every file
+// ("not on a BPF filesystem" at each Pin).
+func TestWatchPinDirNotBPF(t *testing.T) {
+	requireEvents(t)
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes("uprobe:libc.so.6:malloc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, PinDir: filepath.Join(t.TempDir(), "pins")})
+	if err == nil {
+		w.Close()
+		t.Fatal("New with a PinDir on no BPF filesystem: no error")
+	}
+	if !errors.Is(err, unix.EINVAL) {
+		t.Errorf("New with a PinDir on no BPF filesystem: %v, want EINVAL", err)
 	}
 }

@@ -37,10 +37,13 @@ func parsePinName(name string) (fileKey, bool) {
 // finds them) and reported Restored. A pin that cannot be taken back is
 // reported Skipped and left as it is; one whose file was deleted since is
 // detached, unless the scan finds a process still running it.
-func (w *Watch) restore() (stale []*attached) {
+func (w *Watch) restore() (stale []*attached, err error) {
 	ents, err := os.ReadDir(w.opts.PinDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // none yet
+	}
 	if err != nil {
-		return nil // none yet
+		return nil, fmt.Errorf("watch: reading the pins in %s: %w", w.opts.PinDir, err)
 	}
 	for _, e := range ents {
 		k, ok := parsePinName(e.Name())
@@ -50,6 +53,11 @@ func (w *Watch) restore() (stale []*attached) {
 		dir := filepath.Join(w.opts.PinDir, e.Name())
 		l, err := multiprobe.LoadPinnedLink(dir)
 		if err != nil {
+			if errors.Is(err, multiprobe.ErrNotPinned) {
+				// A Pin cut short, whose pins LoadPinnedLink
+				// removed: the file is attached anew, here.
+				os.Remove(dir)
+			}
 			w.report(Report{What: Skipped, Path: dir, Err: err})
 			continue
 		}
@@ -70,7 +78,7 @@ func (w *Watch) restore() (stale []*attached) {
 		}
 		w.report(Report{What: Restored, Path: path, Sites: sites})
 	}
-	return stale
+	return stale, nil
 }
 
 // pin pins a's link under Options.PinDir, if set.

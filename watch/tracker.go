@@ -4,7 +4,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -52,9 +51,12 @@ type tracker struct {
 	// reached, if not nil, is told when a file tracked with no path yet
 	// (see Watch.restore) is first mapped by a process.
 	reached func(f *tracked)
-	idle    func(f *tracked)
-	files   map[fileKey]*tracked
-	byPID   map[int][]fileKey
+	// again, if not nil, is told when a file tracked already gets another
+	// user (see Watch.again).
+	again func(f *tracked, pid int)
+	idle  func(f *tracked)
+	files map[fileKey]*tracked
+	byPID map[int][]fileKey
 }
 
 func newTracker(match func(string) bool, appeared func(*tracked, int), idle func(*tracked)) *tracker {
@@ -92,7 +94,7 @@ func (t *tracker) handle(e event) {
 		t.exited(pid) // the old program's mappings are gone
 		t.mapped(pid)
 	case eventMmap:
-		t.mapped(pid)
+		t.mappedAt(pid, e.Addr)
 	case eventExit:
 		t.exited(pid)
 	}
@@ -100,11 +102,23 @@ func (t *tracker) handle(e event) {
 
 // mapped adds pid as a user of the matching files it maps.
 func (t *tracker) mapped(pid int) {
-	maps, err := elfsym.ExecutableMappings(pid)
+	t.mappedIf(pid, func(m elfsym.Mapping) bool { return m.Inode != 0 && t.match(m.Path) })
+}
+
+// mappedAt is mapped for the mapping that starts at addr, which an mmap
+// event names: a file the process maps already is not new, so the
+// others are not looked at again (with 1,000 mappings, each stat'ed at
+// every event, a legitimate file waited 9 s). A second mapping of a file
+// the process maps lower down is no Mapping's start, and no new user.
+func (t *tracker) mappedAt(pid int, addr uint64) {
+	t.mappedIf(pid, func(m elfsym.Mapping) bool { return m.Start == addr && m.Inode != 0 && t.match(m.Path) })
+}
+
+func (t *tracker) mappedIf(pid int, keep func(elfsym.Mapping) bool) {
+	maps, err := elfsym.ExecutableMappingsIf(pid, keep)
 	if err != nil {
 		return // exited meanwhile, or a kernel thread
 	}
-	maps = slices.DeleteFunc(maps, func(m elfsym.Mapping) bool { return m.Inode == 0 || !t.match(m.Path) })
 	if len(maps) == 0 {
 		return
 	}
@@ -135,6 +149,9 @@ func (t *tracker) mapped(pid int) {
 			f.users[pid] = true
 			f.mapped++
 			t.byPID[pid] = append(t.byPID[pid], k)
+			if t.again != nil {
+				t.again(f, pid)
+			}
 		}
 		if f.hostPath == "" && t.reached != nil {
 			// Tracked before any process mapped it (a pin taken back).

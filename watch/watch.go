@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -50,8 +51,11 @@ const (
 	// (an upgrade replaced it), so its link is closed.
 	Detached
 	// Skipped: the file matched a probe's target but could not be
-	// attached; Err says why. It is tried again when a process maps it
-	// next.
+	// attached; Err says why. It is tried again when it changes, or while
+	// a process maps it after a backoff (1 s, doubling to 5 min), and said
+	// again only for another reason. A file the watch could not reach (its
+	// process exited first: an error wrapping fs.ErrNotExist) is tried
+	// again at its next mapping.
 	Skipped
 	// Restored: the file's link was pinned by an earlier Watch under
 	// Options.PinDir, and taken back.
@@ -173,6 +177,9 @@ type Watch struct {
 	// it did; nextCookie is where the next build's start.
 	bases      map[string]uint64
 	nextCookie uint64
+	// failures are the files that could not be attached (see failed.go).
+	failures map[fileKey]*failure
+	failSeq  uint64
 
 	closing  sync.WaitGroup // files being detached
 	reportMu sync.Mutex     // one Report at a time
@@ -207,16 +214,24 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	case opts.Plan.PID != 0:
 		return nil, fmt.Errorf("watch: Options.Plan.PID %d: a watch is for every process; filter with PIDs", opts.Plan.PID)
 	}
+	if opts.PinDir != "" {
+		// Here, not at the first file's Pin, which would fail for
+		// every file.
+		if err := multiprobe.CheckPinDir(opts.PinDir); err != nil {
+			return nil, fmt.Errorf("watch: Options.PinDir: %w", err)
+		}
+	}
 	src, err := newSource()
 	if err != nil {
 		return nil, err
 	}
-	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), quit: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, nextCookie: opts.Plan.CookieBase}
+	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), quit: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, failures: map[fileKey]*failure{}, nextCookie: opts.Plan.CookieBase}
 	for _, p := range w.probes {
 		w.targets = append(w.targets, spellings(p.Target))
 	}
 	w.tr = newTracker(w.match, w.appeared, w.idle)
 	w.tr.reached = w.reached
+	w.tr.again = w.again
 	if src.vmas != nil {
 		w.tr.real = func(pid int) (map[uint64]fileKey, error) { return fileVMAs(src.vmas, pid) }
 	}
@@ -226,7 +241,11 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	w.mu.Lock()
 	var stale []*attached
 	if opts.PinDir != "" {
-		stale = w.restore()
+		if stale, err = w.restore(); err != nil {
+			w.mu.Unlock()
+			src.Close()
+			return nil, err
+		}
 	}
 	w.seed()
 	w.tr.scan()
@@ -308,6 +327,9 @@ func (w *Watch) rescan(period time.Duration) {
 			w.sweep()
 			w.mu.Unlock()
 		}
+		w.mu.Lock()
+		w.retryFailed()
+		w.mu.Unlock()
 	}
 }
 
@@ -359,12 +381,23 @@ func (w *Watch) seed() {
 // appeared resolves and attaches the probes whose target f matches, in f
 // as the process pid reaches it.
 func (w *Watch) appeared(f *tracked, pid int) {
+	if !w.due(f) {
+		return // failed before, as it is now (see failed.go)
+	}
 	a, err := w.attach(f)
 	if err != nil {
-		w.tr.forget(f) // tried again when mapped again
-		w.report(Report{What: Skipped, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Err: err})
+		news := true
+		if errors.Is(err, fs.ErrNotExist) {
+			w.tr.forget(f) // not reached: tried again when mapped again
+		} else {
+			news = w.failed(f, err)
+		}
+		if news {
+			w.report(Report{What: Skipped, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Err: err})
+		}
 		return
 	}
+	delete(w.failures, f.key)
 	w.files[f.key] = a
 	w.report(Report{What: Attached, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), BuildID: a.buildID, Sites: w.sites(a),
 		LeftOut: append(a.plan.LeftOut(), a.link.LeftOut()...), Reused: a.reused})
@@ -522,6 +555,9 @@ func (a *attached) close() error {
 func (w *Watch) idle(f *tracked) {
 	a := w.files[f.key]
 	if a == nil {
+		if w.failures[f.key] != nil {
+			w.tr.forget(f) // its failure is remembered without it
+		}
 		return
 	}
 	if a.file == nil {
