@@ -125,16 +125,7 @@ func faultAgent(dir, at string) int {
 // it died there.
 func runFaultAgent(t *testing.T, f kernelprobe.Features, dir, target, at string, update bool) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fj, err := json.Marshal(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := exec.Command(exe)
-	agent.Env = append(os.Environ(), faultAgentEnv+"="+at, pinAgentEnv+"="+dir, pinAgentTargetEnv+"="+target, pinAgentFeaturesEnv+"="+string(fj))
+	agent := agentCommand(t, f, dir, target, faultAgentEnv+"="+at)
 	if update {
 		agent.Env = append(agent.Env, faultAgentUpdateEnv+"=1")
 	}

@@ -255,16 +255,7 @@ func TestPinAgentKilled(t *testing.T) {
 		}
 		target := testprogs.PrivateTarget(t, n)
 		dir := testutil.BPFFS(t) + "/agent"
-		exe, err := os.Executable()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fj, err := json.Marshal(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		agent := exec.Command(exe)
-		agent.Env = append(os.Environ(), pinAgentEnv+"="+dir, pinAgentTargetEnv+"="+target, pinAgentFeaturesEnv+"="+string(fj))
+		agent := agentCommand(t, f, dir, target)
 		out, err := agent.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -466,4 +457,22 @@ func TestPinUSDT(t *testing.T) {
 			t.Errorf("%d USDT spec ids still held after Unpin and Close", held)
 		}
 	})
+}
+
+// agentCommand is this test binary as an agent (see TestMain) pinning in
+// dir, probing target with features f; env is more of its environment.
+func agentCommand(t *testing.T, f kernelprobe.Features, dir, target string, env ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fj, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := exec.Command(exe)
+	agent.Env = append(os.Environ(), pinAgentEnv+"="+dir, pinAgentTargetEnv+"="+target, pinAgentFeaturesEnv+"="+string(fj))
+	agent.Env = append(agent.Env, env...)
+	return agent
 }

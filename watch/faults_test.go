@@ -62,6 +62,28 @@ func (r *reports) add(rep Report) {
 	r.all = append(r.all, rep)
 }
 
+// reportingWatch starts a Watch of the counter on spec, on this kernel's
+// path, that collects its reports; it is closed at the end of the test.
+func reportingWatch(t *testing.T, spec string) (*Watch, *testprogs.Counter, *reports) {
+	t.Helper()
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &reports{}
+	w, err := New(probes, cs, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: got.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w, c, got
+}
+
 // wait returns the first report for which ok is true, waiting up to 10 s.
 func (r *reports) wait(t *testing.T, what string, ok func(Report) bool) Report {
 	t.Helper()
@@ -88,23 +110,9 @@ func (r *reports) wait(t *testing.T, what string, ok func(Report) bool) Report {
 // after it, and Close said nothing. Close may be called twice.
 func TestWatchMalformedEvent(t *testing.T) {
 	requireEvents(t)
-	f, err := kernelprobe.Detect()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n, calls = 5, 3
 	dir := t.TempDir()
-	spec, c := loadCounter(t, f)
-	probes, err := multiprobe.ParseProbes("uprobe:" + dir + "/*:func_*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got reports
-	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: got.add})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, c, got := reportingWatch(t, "uprobe:"+dir+"/*:func_*")
 	injectEvent(t, w, 8)
 	rep := got.wait(t, "the malformed event", func(r Report) bool { return r.What == Rescanned })
 	if rep.Err == nil {
@@ -192,26 +200,12 @@ func TestWatchFailedOnce(t *testing.T) {
 	requireEvents(t)
 	py, err := exec.LookPath("python3")
 	testutil.RequireTool(t, "python3", err)
-	f, err := kernelprobe.Detect()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n, calls = 5, 3
 	path := filepath.Join(t.TempDir(), "lib.so")
 	if err := os.WriteFile(path, make([]byte, 8192), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	spec, c := loadCounter(t, f)
-	probes, err := multiprobe.ParseProbes("uprobe:" + path + ":func_*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got reports
-	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: got.add})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w, c, got := reportingWatch(t, "uprobe:"+path+":func_*")
 	mapper := `import mmap, os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY)
 maps = [mmap.mmap(fd, 0, prot=mmap.PROT_READ | mmap.PROT_EXEC) for _ in range(int(sys.argv[2]))]
