@@ -43,6 +43,8 @@ func TestBoundRespected(t *testing.T) {
 	for _, jobs := range []int{1, 2, 3, 8} {
 		t.Run(fmt.Sprint(jobs), func(t *testing.T) {
 			var inFlight, peak atomic.Int32
+			var reached atomic.Bool
+			deadline := time.Now().Add(10 * time.Second)
 			opts := &Options{Jobs: jobs, hook: func(name string, attempt int, _ ebpf.ProgramOptions, load func() (*ebpf.Program, error)) (*ebpf.Program, error) {
 				n := inFlight.Add(1)
 				defer inFlight.Add(-1)
@@ -52,8 +54,15 @@ func TestBoundRespected(t *testing.T) {
 						break
 					}
 				}
-				// Hold the slot long enough for the others to pile up.
-				time.Sleep(2 * time.Millisecond)
+				// Hold the slot until the others have piled up: a
+				// fixed pause was too short under emulation (7 of 8).
+				for !reached.Load() && time.Now().Before(deadline) {
+					if inFlight.Load() >= int32(jobs) {
+						reached.Store(true)
+						break
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
 				return load()
 			}}
 			coll, prof, err := Collection(collectionOf(smallSet(12)), opts)
