@@ -18,6 +18,12 @@
 // unlinked. With Options.PinDir the links outlive the process, for the
 // next Watch to take back: an agent restarts without missing a call.
 //
+// Files are attached by a few workers off the event goroutine, so a slow
+// file holds back no other, and within budgets (Options.MaxFiles,
+// Options.MaxFDs) of which no one user or container may take more than
+// its share: a user who maps thousands of matching files gets a few
+// attached, and everyone else's files still are, in their usual time.
+//
 // The events cost every system call on the node the run of two raw
 // tracepoint programs that return at once for all but mmap: 27 ns on the
 // project's test machine (BenchmarkSyscall), and a file is attached about

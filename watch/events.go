@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -113,6 +114,27 @@ func (s *source) read() (event, error) {
 		Kind: eventKind(binary.NativeEndian.Uint32(b[4:])),
 		Addr: binary.NativeEndian.Uint64(b[8:]),
 	}, nil
+}
+
+// readMore returns the events read already by the kernel's side and not
+// yet by this one, up to max, without waiting: after read, the rest of a
+// burst, to be handled together.
+func (s *source) readMore(events []event, max int) ([]event, error) {
+	// A deadline passed already, not AvailableBytes, which reads the
+	// ring without the reader's lock, racing with Close.
+	s.rd.SetDeadline(time.Now())
+	defer s.rd.SetDeadline(time.Time{})
+	for len(events) < max {
+		e, err := s.read()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			return events, err
+		}
+		events = append(events, e)
+	}
+	return events, nil
 }
 
 // lost returns how many events the ring buffer had no room for.

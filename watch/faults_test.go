@@ -99,7 +99,8 @@ func (r *reports) wait(t *testing.T, what string, ok func(Report) bool) Report {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	t.Fatalf("no report of %s in 10 s; reports: %+v", what, r.all)
+	last := r.all[max(len(r.all)-10, 0):]
+	t.Fatalf("no report of %s in 10 s; %d reports, the last %d: %+v", what, len(r.all), len(last), last)
 	return Report{}
 }
 
@@ -173,7 +174,7 @@ func TestAttachFIFO(t *testing.T) {
 	w := &Watch{probes: probes, targets: [][]string{{fifo}}, builds: map[string]*build{}, bases: map[string]uint64{}}
 	done := make(chan error, 1)
 	go func() {
-		_, err := w.attach(&tracked{path: fifo, hostPath: fifo})
+		_, err := w.attach(&job{f: &tracked{}, path: fifo, hostPath: fifo})
 		done <- err
 	}()
 	select {
@@ -275,4 +276,183 @@ func TestWatchPinDirNotBPF(t *testing.T) {
 	if !errors.Is(err, unix.EINVAL) {
 		t.Errorf("New with a PinDir on no BPF filesystem: %v, want EINVAL", err)
 	}
+}
+
+// TestWatchBudget: 1,500 copies of a matching program mapped by nobody,
+// the watch at the budget of an agent at RLIMIT_NOFILE 2048 (1,024 file
+// descriptors): nobody's copies take at most their share (an eighth),
+// each is said Skipped at most once (ErrBudget), and root's own file,
+// mapped after them, is attached in its usual time and every call
+// counted. Before, 667 copies were attached, then no fd was left, 46k to
+// 99k Skipped reports came in 30 s, and the legitimate file had no report
+// in 10 s.
+func TestWatchBudget(t *testing.T) {
+	requireEvents(t)
+	py, err := exec.LookPath("python3")
+	testutil.RequireTool(t, "python3", err)
+	const n, calls, copies, maxFDs = 5, 3, 1500, 1024
+	dir := t.TempDir()
+	for d := dir; d != "/tmp" && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil { // nobody maps from here
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(testprogs.BuildTarget(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := filepath.Join(dir, "hostile")
+	if err := os.Mkdir(hostile, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// By a bare name, as "libc" is: a glob in this root would be mapped
+	// by the watch itself (see seed), root's files from the start.
+	for i := range copies {
+		if err := os.WriteFile(filepath.Join(hostile, fmt.Sprintf("libmpbudget.so.%d", i)), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	legit := filepath.Join(dir, "libmpbudget.so.legit")
+	if err := os.WriteFile(legit, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes("uprobe:libmpbudget:func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &reports{}
+	fdsBefore := openFDs(t)
+	w, err := New(probes, cs, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: got.add, MaxFDs: maxFDs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	mapper := `import mmap, os, sys
+os.setgid(65534); os.setuid(65534)
+maps = []
+for name in sorted(os.listdir(sys.argv[1])):
+    fd = os.open(os.path.join(sys.argv[1], name), os.O_RDONLY)
+    maps.append(mmap.mmap(fd, 0, prot=mmap.PROT_READ | mmap.PROT_EXEC))
+    os.close(fd)
+print("ready", flush=True)
+sys.stdin.readline()`
+	holder := testprogs.Start(t, py, "-S", "-c", mapper, hostile)
+	count := func(ok func(Report) bool) int {
+		got.mu.Lock()
+		defer got.mu.Unlock()
+		k := 0
+		for _, r := range got.all {
+			if ok(r) {
+				k++
+			}
+		}
+		return k
+	}
+	over := func(r Report) bool { return r.What == Skipped && errors.Is(r.Err, ErrBudget) }
+	got.wait(t, "a copy over nobody's budget", over)
+
+	start := time.Now()
+	p := testprogs.Start(t, legit, "-wait", fmt.Sprint(calls))
+	got.wait(t, "root's own file attached", func(r Report) bool { return r.What == Attached && r.Path == legit })
+	took := time.Since(start)
+	p.Finish(t)
+	checkCounts(t, c, n, calls, 1)
+
+	time.Sleep(time.Second) // what the copies do meanwhile
+	hostileFiles := 0
+	for _, f := range w.Files() {
+		if filepath.Dir(f.Path) == hostile {
+			hostileFiles++
+		}
+	}
+	skipped := count(func(r Report) bool { return r.What == Skipped })
+	fds := openFDs(t) - fdsBefore
+	t.Logf("%d copies by nobody: %d attached, %d Skipped reports (%d over budget); root's file attached %v after it started; +%d fds",
+		copies, hostileFiles, skipped, count(over), took.Round(time.Millisecond), fds)
+	if hostileFiles == 0 || hostileFiles*3 > maxFDs/shareDiv {
+		t.Errorf("nobody's copies attached: %d, want some, and at most an eighth of %d fds (3 each)", hostileFiles, maxFDs)
+	}
+	if skipped > copies {
+		t.Errorf("%d Skipped reports for %d copies: want each said at most once", skipped, copies)
+	}
+	if fds > maxFDs {
+		t.Errorf("the watch holds %d more fds than before, past its budget of %d", fds, maxFDs)
+	}
+	if took > 5*time.Second {
+		t.Errorf("root's file attached %v after it started, beside nobody's copies", took)
+	}
+	holder.Finish(t)
+}
+
+// openFDs is how many files this process has open.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestWatchSlowFile: a file whose attach takes long (held in its worker
+// here, as a 100 MB binary or a slow kernel would) holds back neither
+// another file mapped after it, attached and counted meanwhile, nor
+// Files, which does not list it until it is attached. Before, the attach
+// ran on the event goroutine under the watch's lock: the other file, and
+// Files, waited for it.
+func TestWatchSlowFile(t *testing.T) {
+	requireEvents(t)
+	const n, calls = 5, 3
+	data, err := os.ReadFile(testprogs.BuildTarget(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	slow, fast := filepath.Join(dir, "libmpslow.so.1"), filepath.Join(dir, "libmpslow.so.2")
+	for _, p := range []string{slow, fast} {
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold, held := make(chan struct{}), make(chan struct{})
+	testAttaching = func(path string) {
+		if path == slow {
+			close(held)
+			<-hold
+		}
+	}
+	t.Cleanup(func() { testAttaching = nil }) // after the watch's Close
+	w, c, got := reportingWatch(t, "uprobe:libmpslow:func_*")
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+
+	ps := testprogs.Start(t, slow, "-wait", fmt.Sprint(calls))
+	<-held
+	pf := testprogs.Start(t, fast, "-wait", fmt.Sprint(calls))
+	got.wait(t, "the other file attached", func(r Report) bool { return r.What == Attached && r.Path == fast })
+	files := make(chan []File, 1)
+	go func() { files <- w.Files() }()
+	select {
+	case fs := <-files:
+		if len(fs) != 1 || fs[0].Path != fast {
+			t.Errorf("Files while one is being attached: %+v, want only %s", fs, fast)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Files waited for a file being attached")
+	}
+	pf.Finish(t)
+	checkCounts(t, c, n, calls, 1)
+
+	release()
+	got.wait(t, "the slow file attached", func(r Report) bool { return r.What == Attached && r.Path == slow })
+	ps.Finish(t)
+	// Its calls come after its attach: -wait waits for a line first.
+	checkCounts(t, c, n, calls, 2)
 }

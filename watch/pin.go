@@ -68,11 +68,17 @@ func (w *Watch) restore() (stale []*attached, err error) {
 		}
 		f := &tracked{key: k, path: path, users: map[int]bool{}}
 		w.tr.files[k] = f
-		a := &attached{f: f, link: l}
+		// Root's, and in this root: taken back whoever mapped it.
+		a := &attached{f: f, link: l, owner: owner{host: true}}
+		a.nfds = a.fds()
+		w.budget.queued(a.owner)
+		w.budget.attached(a.owner, a.nfds)
 		w.files[k] = a
+		w.buildMu.Lock()
 		for _, s := range sites {
 			w.nextCookie = max(w.nextCookie, s.Cookie+1)
 		}
+		w.buildMu.Unlock()
 		if len(l.StaleFiles()) > 0 {
 			stale = append(stale, a)
 		}
@@ -94,6 +100,7 @@ func (w *Watch) pin(a *attached) error {
 func (w *Watch) Unpin() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.unpinned = true
 	var errs []error
 	for _, a := range w.files {
 		errs = append(errs, a.link.Unpin())

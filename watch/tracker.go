@@ -94,7 +94,7 @@ func (t *tracker) handle(e event) {
 		t.exited(pid) // the old program's mappings are gone
 		t.mapped(pid)
 	case eventMmap:
-		t.mappedAt(pid, e.Addr)
+		t.mappedAt(pid, map[uint64]bool{e.Addr: true})
 	case eventExit:
 		t.exited(pid)
 	}
@@ -105,13 +105,45 @@ func (t *tracker) mapped(pid int) {
 	t.mappedIf(pid, func(m elfsym.Mapping) bool { return m.Inode != 0 && t.match(m.Path) })
 }
 
-// mappedAt is mapped for the mapping that starts at addr, which an mmap
-// event names: a file the process maps already is not new, so the
+// handleAll is handle for events read together (see Watch.loop): a
+// process's mmap events in a row are one read of its mappings, not one
+// each, so that a process mapping thousands of files costs the watch a
+// read of its list per batch of events, not per file. Events of one
+// process keep their order; those of different processes need none.
+func (t *tracker) handleAll(events []event) {
+	var order []int
+	at := map[int]map[uint64]bool{}
+	flush := func(pid int) {
+		if addrs := at[pid]; addrs != nil {
+			delete(at, pid)
+			t.mappedAt(pid, addrs)
+		}
+	}
+	for _, e := range events {
+		pid := int(e.PID)
+		if e.Kind != eventMmap {
+			flush(pid)
+			t.handle(e)
+			continue
+		}
+		if at[pid] == nil {
+			at[pid] = map[uint64]bool{}
+			order = append(order, pid)
+		}
+		at[pid][e.Addr] = true
+	}
+	for _, pid := range order {
+		flush(pid)
+	}
+}
+
+// mappedAt is mapped for the mappings that start at addrs, which mmap
+// events name: a file the process maps already is not new, so the
 // others are not looked at again (with 1,000 mappings, each stat'ed at
 // every event, a legitimate file waited 9 s). A second mapping of a file
 // the process maps lower down is no Mapping's start, and no new user.
-func (t *tracker) mappedAt(pid int, addr uint64) {
-	t.mappedIf(pid, func(m elfsym.Mapping) bool { return m.Start == addr && m.Inode != 0 && t.match(m.Path) })
+func (t *tracker) mappedAt(pid int, addrs map[uint64]bool) {
+	t.mappedIf(pid, func(m elfsym.Mapping) bool { return addrs[m.Start] && m.Inode != 0 && t.match(m.Path) })
 }
 
 func (t *tracker) mappedIf(pid int, keep func(elfsym.Mapping) bool) {

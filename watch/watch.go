@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -35,6 +34,15 @@ type Options struct {
 	// its maps: pin the maps a new program must share (cilium/ebpf's
 	// MapOptions.PinPath). Unpin, then Close, detaches everything.
 	PinDir string
+	// MaxFiles bounds the files the watch holds attached, or is
+	// attaching, at once (default 10,000), and MaxFDs the file
+	// descriptors they hold (default half this process's limit,
+	// RLIMIT_NOFILE). A user other than root and a mount namespace
+	// other than this process's may each hold an eighth of either, and
+	// all of them together three quarters: root's files in this root
+	// always fit. A file past a budget is Skipped with an error
+	// wrapping ErrBudget and tried again later, as any skipped file.
+	MaxFiles, MaxFDs int
 	// Report, if not nil, is told what the watch does with each file, one
 	// report at a time, from the watch's goroutines: it must not call the
 	// Watch's methods.
@@ -152,6 +160,18 @@ func (id FileID) String() string { return fmt.Sprintf("%02x:%02x %d", id.Major, 
 // site each cookie is. A build keeps its range for the Watch's life, also
 // when its copies come and go; a file without a build ID gets a new range
 // each time it appears.
+//
+// Files are resolved and attached by a few workers, off the goroutine
+// that reads the kernel's events: a slow file (a large binary, a hostile
+// one) holds back neither the others nor the Watch's methods. New returns
+// when what ran at its start is attached or skipped.
+//
+// A Watch's methods may be called from any goroutine, at once: Files and
+// Unpin at any time, also while files are being attached or detached,
+// and Close more than once, also concurrently with the others (which
+// after it see no files). The Links Files hands out are the Watch's: read
+// them (their methods are safe concurrently, see multiprobe.Link), and do
+// not close, update or unpin them.
 type Watch struct {
 	probes []multiprobe.Probe
 	// targets are, by probe, the spellings of its target (see spellings).
@@ -169,17 +189,36 @@ type Watch struct {
 	rescanned sync.WaitGroup
 	closeOnce sync.Once
 
-	mu     sync.Mutex
-	files  map[fileKey]*attached
-	builds map[string]*build
+	mu    sync.Mutex
+	files map[fileKey]*attached
+	// failures are the files that could not be attached (see failed.go).
+	failures map[fileKey]*failure
+	failSeq  uint64
+	// The files being attached (see work.go): pending by key, queue the
+	// ones no worker has taken yet; workReady is signalled when one is
+	// queued or the watch stops, settled when a worker is done with one.
+	pending   map[fileKey]*job
+	queue     []*job
+	jobSeq    uint64
+	workReady *sync.Cond
+	settled   *sync.Cond
+	stopping  bool // Close: no more jobs
+	unpinned  bool // Unpin: a file attached from here on is unpinned too
+	workers   sync.WaitGroup
+	budget    *budget
+
+	// planMu makes the resolves take turns, so that each new build's
+	// cookie range starts where the last one's ended (see plan);
+	// buildMu guards what the builds share.
+	planMu    sync.Mutex
+	buildMu   sync.Mutex
+	prepareMu sync.Mutex // Plan.Prepare edits w.spec
+	builds    map[string]*build
 	// bases are the builds' cookie ranges, kept after their files are
 	// gone (a few bytes a build) so that a build seen again counts where
 	// it did; nextCookie is where the next build's start.
 	bases      map[string]uint64
 	nextCookie uint64
-	// failures are the files that could not be attached (see failed.go).
-	failures map[fileKey]*failure
-	failSeq  uint64
 
 	closing  sync.WaitGroup // files being detached
 	reportMu sync.Mutex     // one Report at a time
@@ -197,6 +236,12 @@ type attached struct {
 	// copy's.
 	build, buildID string
 	reused         bool
+	// owner is whose budget it counts against, nfds how many file
+	// descriptors it holds there.
+	owner owner
+	nfds  int
+	// counted says a counts in its build's files (see release).
+	counted bool
 }
 
 // New starts watching. spec is the collection prog was loaded from, after
@@ -225,7 +270,15 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	if err != nil {
 		return nil, err
 	}
-	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), quit: make(chan struct{}), files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, failures: map[fileKey]*failure{}, nextCookie: opts.Plan.CookieBase}
+	w := &Watch{probes: slices.Clone(probes), spec: spec, prog: prog, opts: *opts, src: src, done: make(chan struct{}), quit: make(chan struct{}),
+		files: map[fileKey]*attached{}, builds: map[string]*build{}, bases: map[string]uint64{}, failures: map[fileKey]*failure{}, pending: map[fileKey]*job{},
+		nextCookie: opts.Plan.CookieBase, budget: newBudget(opts.MaxFiles, opts.MaxFDs)}
+	w.workReady = sync.NewCond(&w.mu)
+	w.settled = sync.NewCond(&w.mu)
+	w.workers.Add(workers)
+	for range workers {
+		go w.work()
+	}
 	for _, p := range w.probes {
 		w.targets = append(w.targets, spellings(p.Target))
 	}
@@ -243,12 +296,15 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 	if opts.PinDir != "" {
 		if stale, err = w.restore(); err != nil {
 			w.mu.Unlock()
+			w.stopWorkers()
 			src.Close()
 			return nil, err
 		}
 	}
 	w.seed()
 	w.tr.scan()
+	// What runs now is attached when New returns.
+	w.settle()
 	for _, a := range stale {
 		if len(a.f.users) == 0 {
 			w.detach(a) // its file was deleted while no Watch ran
@@ -276,8 +332,21 @@ func New(probes []multiprobe.Probe, spec *ebpf.CollectionSpec, prog *ebpf.Progra
 func (w *Watch) loop() {
 	defer close(w.done)
 	pause := time.Duration(0)
+	var batch []event
 	for {
 		e, err := w.src.read()
+		if err == nil {
+			// The rest of a burst, handled together (see
+			// tracker.handleAll); an error in it is handled after.
+			batch, err = w.src.readMore(append(batch[:0], e), maxBatch)
+			pause = 0
+			w.mu.Lock()
+			w.tr.handleAll(batch)
+			if slices.ContainsFunc(batch, func(e event) bool { return e.Kind == eventExit }) {
+				w.sweep()
+			}
+			w.mu.Unlock()
+		}
 		if errors.Is(err, os.ErrClosed) {
 			return // Close
 		}
@@ -293,17 +362,12 @@ func (w *Watch) loop() {
 				return
 			case <-time.After(pause):
 			}
-			continue
 		}
-		pause = 0
-		w.mu.Lock()
-		w.tr.handle(e)
-		if e.Kind == eventExit {
-			w.sweep()
-		}
-		w.mu.Unlock()
 	}
 }
+
+// maxBatch bounds the events handled under one hold of the lock.
+const maxBatch = 1024
 
 // rescan looks, every period, whether the kernel lost events (the ring
 // buffer was full: a burst of 65,000 execs and mappings), and if it did,
@@ -378,59 +442,51 @@ func (w *Watch) seed() {
 	}
 }
 
-// appeared resolves and attaches the probes whose target f matches, in f
-// as the process pid reaches it.
+// appeared queues f, mapped by process pid, for a worker to resolve and
+// attach the probes whose target it matches (see work.go), unless it
+// failed before and is as it was then (see failed.go).
 func (w *Watch) appeared(f *tracked, pid int) {
-	if !w.due(f) {
-		return // failed before, as it is now (see failed.go)
+	if w.due(f) {
+		w.enqueue(f, pid)
 	}
-	a, err := w.attach(f)
-	if err != nil {
-		news := true
-		if errors.Is(err, fs.ErrNotExist) {
-			w.tr.forget(f) // not reached: tried again when mapped again
-		} else {
-			news = w.failed(f, err)
-		}
-		if news {
-			w.report(Report{What: Skipped, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), Err: err})
-		}
-		return
-	}
-	delete(w.failures, f.key)
-	w.files[f.key] = a
-	w.report(Report{What: Attached, Path: f.path, PID: pid, HostPath: f.hostPath, File: f.key.id(), BuildID: a.buildID, Sites: w.sites(a),
-		LeftOut: append(a.plan.LeftOut(), a.link.LeftOut()...), Reused: a.reused})
 }
 
-func (w *Watch) attach(f *tracked) (_ *attached, err error) {
+// attach resolves and attaches the probes whose target j's file matches,
+// in the file as j's process reaches it. It runs on a worker, with no
+// lock held.
+func (w *Watch) attach(j *job) (_ *attached, err error) {
 	var probes []multiprobe.Probe
 	var which []string
 	for i, p := range w.probes {
-		if w.matches(i, f.path) {
-			p.Target = f.hostPath
+		if w.matches(i, j.path) {
+			p.Target = j.hostPath
 			probes = append(probes, p)
 			which = append(which, strconv.Itoa(i))
 		}
 	}
-	a := &attached{f: f}
+	a := &attached{f: j.f}
 	defer func() {
 		if err != nil {
+			w.release(a)
 			a.close()
 		}
 	}()
 	// Not os.Open: a process can put a FIFO where its file was, which
-	// would block the open, and the watch with it.
-	if a.file, err = fds.OpenRegular(f.hostPath); err != nil {
+	// would block the open, and the worker with it.
+	if a.file, err = fds.OpenRegular(j.hostPath); err != nil {
 		return nil, err
 	}
 	if a.buildID = buildID(a.file); a.buildID != "" {
 		a.build = a.buildID + " " + strings.Join(which, ",")
 	}
-	if err := w.plan(a, probes); err != nil {
+	if err := w.plan(a, j.hostPath, probes); err != nil {
 		return nil, err
 	}
-	if err := a.plan.Prepare(w.spec); err != nil {
+	// Prepare writes the spec the workers share.
+	w.prepareMu.Lock()
+	err = a.plan.Prepare(w.spec)
+	w.prepareMu.Unlock()
+	if err != nil {
 		return nil, err
 	}
 	if a.link, err = a.plan.Attach(w.prog); err != nil {
@@ -439,42 +495,74 @@ func (w *Watch) attach(f *tracked) (_ *attached, err error) {
 	if err := w.pin(a); err != nil {
 		return nil, err
 	}
-	if a.build != "" {
-		b := w.builds[a.build]
-		if b == nil {
-			b = &build{plan: a.plan}
-			w.builds[a.build] = b
-		}
-		b.files++
-	}
+	a.nfds = a.fds()
 	return a, nil
 }
 
-// plan gives a its plan: its build's, retargeted, where a copy of the
-// build is attached (copies of one library in many containers are
-// resolved once), else probes resolved, with the build's cookie range or
-// the next one.
-func (w *Watch) plan(a *attached, probes []multiprobe.Probe) (err error) {
-	if b := w.builds[a.build]; b != nil {
-		if a.plan, err = b.plan.Retarget(a.f.hostPath); err == nil {
-			a.reused = true
-			return nil
-		}
+// fds is how many file descriptors a holds: the file, its plan's (one
+// file: every probe targets it) and its link's.
+func (a *attached) fds() int {
+	n := 0
+	if a.file != nil {
+		n++
 	}
-	opts := w.opts.Plan
+	if a.plan != nil {
+		n++
+	}
+	if a.link != nil {
+		n += a.link.FDs()
+	}
+	return n
+}
+
+// plan gives a its plan: its build's, retargeted to hostPath, where a copy
+// of the build is attached or being attached (copies of one library in
+// many containers are resolved once), else probes resolved, with the
+// build's cookie range or the next one; a counts as a file of its build
+// from here on (see release).
+func (w *Watch) plan(a *attached, hostPath string, probes []multiprobe.Probe) (err error) {
+	// One at a time: a build's range starts where the last one ended,
+	// which is known when that one is resolved, and a second copy of a
+	// build waits to be retargeted from the first.
+	w.planMu.Lock()
+	defer w.planMu.Unlock()
+	w.buildMu.Lock()
+	b := w.builds[a.build]
 	base, known := w.bases[a.build]
 	if !known || a.build == "" {
 		base = w.nextCookie
 	}
+	w.buildMu.Unlock()
+	if b != nil {
+		if a.plan, err = b.plan.Retarget(hostPath); err == nil {
+			a.reused = true
+			w.buildMu.Lock()
+			b.files++
+			a.counted = true
+			w.buildMu.Unlock()
+			return nil
+		}
+	}
+	opts := w.opts.Plan
 	opts.CookieBase = base
 	if a.plan, err = multiprobe.Resolve(probes, &opts); err != nil {
 		return err
 	}
+	w.buildMu.Lock()
+	defer w.buildMu.Unlock()
 	if !known || a.build == "" {
 		w.nextCookie += uint64(a.plan.Len())
 		if a.build != "" {
 			w.bases[a.build] = base
 		}
+	}
+	if a.build != "" {
+		if b = w.builds[a.build]; b == nil {
+			b = &build{plan: a.plan}
+			w.builds[a.build] = b
+		}
+		b.files++
+		a.counted = true
 	}
 	return nil
 }
@@ -530,6 +618,12 @@ type build struct {
 
 // release is a's build losing a's file.
 func (w *Watch) release(a *attached) {
+	w.buildMu.Lock()
+	defer w.buildMu.Unlock()
+	if !a.counted {
+		return
+	}
+	a.counted = false
 	if b := w.builds[a.build]; b != nil {
 		if b.files--; b.files == 0 {
 			delete(w.builds, a.build)
@@ -553,6 +647,9 @@ func (a *attached) close() error {
 
 // idle is a file whose last process exited: detached if it is unlinked.
 func (w *Watch) idle(f *tracked) {
+	if w.pending[f.key] != nil {
+		return // its worker looks when it is done
+	}
 	a := w.files[f.key]
 	if a == nil {
 		if w.failures[f.key] != nil {
@@ -584,6 +681,7 @@ func (w *Watch) detach(a *attached) {
 	delete(w.files, f.key)
 	w.tr.forget(f)
 	w.release(a)
+	w.budget.detached(a.owner, a.nfds)
 	var unpinned error
 	if w.opts.PinDir != "" {
 		unpinned = a.link.Unpin() // else Close would leave it attached
@@ -620,7 +718,8 @@ type File struct {
 	Link *multiprobe.Link
 }
 
-// Files returns the files attached now.
+// Files returns the files attached now, by path; a file being attached
+// is not among them until its Attached report.
 func (w *Watch) Files() []File {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -654,6 +753,7 @@ func (w *Watch) Close() error {
 	<-w.done
 	w.rescanned.Wait()
 	err = errors.Join(err, w.src.Close())
+	w.stopWorkers()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Each close waits out a grace period: all at once.
@@ -662,6 +762,7 @@ func (w *Watch) Close() error {
 	var mu sync.Mutex
 	for k, a := range w.files {
 		w.release(a)
+		w.budget.detached(a.owner, a.nfds)
 		delete(w.files, k)
 		w.closing.Add(1)
 		go func() {
