@@ -275,6 +275,11 @@ type Mapping struct {
 	// inode numbers than the maps, through /proc/PID/map_files (which
 	// needs CAP_SYS_ADMIN). Failing all, it is the /proc/PID/root path.
 	HostPath string
+	// HostDev and HostIno are the device and inode stat gives for
+	// HostPath, as it was found (0 if it could not be checked): a
+	// caller that opens HostPath can tell, by fstat, that it opened the
+	// file mapped and not one put at its path since.
+	HostDev, HostIno uint64
 	// Deleted reports that the file was deleted or replaced after the
 	// process mapped it.
 	Deleted bool
@@ -340,24 +345,40 @@ func executableFiles(maps []mapsLine, pid int, keep func(Mapping) bool) []Mappin
 		if keep != nil && !keep(m) {
 			continue
 		}
-		m.HostPath = reach(pm.Inode, root+m.Path, ours, fmt.Sprintf("%s/map_files/%x-%x", proc, pm.Start, pm.End))
+		m.HostPath, m.HostDev, m.HostIno = reach(pm.Inode, fmt.Sprintf("%s/map_files/%x-%x", proc, pm.Start, pm.End), root+m.Path, ours)
 		out = append(out, m)
 	}
 	return out
 }
 
-// reach returns the first of paths that opens the file of inode number
-// ino, or the first path. Inode numbers alone: a device number from stat
-// is not the maps' on btrfs (a subvolume's own) or behind an overlay.
-func reach(ino uint64, paths ...string) string {
-	for _, p := range paths {
-		if fi, err := os.Stat(p); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok && uint64(st.Ino) == ino {
-				return p
+// reach returns the first of paths that leads to the file mapped, which
+// mapFiles (/proc/PID/map_files/START-END) opens, else mapFiles itself;
+// with the device and inode stat gives for it. A path is the file if stat
+// gives both the same as for mapFiles: the inode number alone is not
+// enough (two tmpfs mounts number their files alike, and a symbolic link
+// in a container's tree may lead out of it to another file of that
+// number), and the maps' device is not stat's on btrfs (a subvolume's
+// own) or behind an overlay. Where mapFiles cannot be read (it needs
+// CAP_SYS_ADMIN), the first path of the maps' inode number ino, else the
+// first path.
+func reach(ino uint64, mapFiles string, paths ...string) (string, uint64, uint64) {
+	var want syscall.Stat_t
+	if syscall.Stat(mapFiles, &want) == nil {
+		for _, p := range paths {
+			var st syscall.Stat_t
+			if syscall.Stat(p, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+				return p, uint64(want.Dev), uint64(want.Ino)
 			}
 		}
+		return mapFiles, uint64(want.Dev), uint64(want.Ino)
 	}
-	return paths[0]
+	for _, p := range paths {
+		var st syscall.Stat_t
+		if syscall.Stat(p, &st) == nil && uint64(st.Ino) == ino {
+			return p, uint64(st.Dev), uint64(st.Ino)
+		}
+	}
+	return paths[0], 0, 0
 }
 
 // GlobIn returns the files a target path with globs names

@@ -33,7 +33,10 @@ type tracked struct {
 	// path is the file as the first process that mapped it names it, and
 	// hostPath reaches it from here (through that process's root).
 	path, hostPath string
-	users          map[int]bool
+	// hostDev and hostIno are what stat gave for hostPath when it was
+	// found to be the file mapped (0: not known).
+	hostDev, hostIno uint64
+	users            map[int]bool
 	// mapped counts the processes that mapped it since it was tracked.
 	mapped int
 }
@@ -170,7 +173,7 @@ func (t *tracker) mappedIf(pid int, keep func(elfsym.Mapping) bool) {
 		}
 		f := t.files[k]
 		if f == nil {
-			f = &tracked{key: k, path: m.Path, hostPath: m.HostPath, users: map[int]bool{}, mapped: 1}
+			f = &tracked{key: k, path: m.Path, hostPath: m.HostPath, hostDev: m.HostDev, hostIno: m.HostIno, users: map[int]bool{}, mapped: 1}
 			t.files[k] = f
 			f.users[pid] = true
 			t.byPID[pid] = append(t.byPID[pid], k)
@@ -187,7 +190,7 @@ func (t *tracker) mappedIf(pid int, keep func(elfsym.Mapping) bool) {
 		}
 		if f.hostPath == "" && t.reached != nil {
 			// Tracked before any process mapped it (a pin taken back).
-			f.path, f.hostPath = m.Path, m.HostPath
+			f.path, f.hostPath, f.hostDev, f.hostIno = m.Path, m.HostPath, m.HostDev, m.HostIno
 			t.reached(f)
 		}
 	}

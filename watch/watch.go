@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -475,6 +476,14 @@ func (w *Watch) attach(j *job) (_ *attached, err error) {
 	// would block the open, and the worker with it.
 	if a.file, err = fds.OpenRegular(j.hostPath); err != nil {
 		return nil, err
+	}
+	// The file mapped, not one put at its path since it was found.
+	var st unix.Stat_t
+	if err := unix.Fstat(int(a.file.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", j.hostPath, err)
+	}
+	if j.hostIno != 0 && (uint64(st.Dev) != j.hostDev || st.Ino != j.hostIno) {
+		return nil, fmt.Errorf("%s: %w: replaced since process %d mapped it", j.hostPath, fs.ErrNotExist, j.pid)
 	}
 	if a.buildID = buildID(a.file); a.buildID != "" {
 		a.build = a.buildID + " " + strings.Join(which, ",")

@@ -31,10 +31,11 @@ const workers = 4
 type job struct {
 	f *tracked
 	// path and hostPath are f's, copied: the tracker owns f's fields.
-	path, hostPath string
-	pid            int
-	owner          owner
-	seq            uint64 // the order jobs were queued in
+	path, hostPath   string
+	hostDev, hostIno uint64
+	pid              int
+	owner            owner
+	seq              uint64 // the order jobs were queued in
 }
 
 // enqueue queues f, mapped by pid, for a worker, unless it is pending
@@ -52,7 +53,7 @@ func (w *Watch) enqueue(f *tracked, pid int) {
 		return
 	}
 	w.budget.queued(o)
-	j := &job{f: f, path: f.path, hostPath: f.hostPath, pid: pid, owner: o, seq: w.jobSeq}
+	j := &job{f: f, path: f.path, hostPath: f.hostPath, hostDev: f.hostDev, hostIno: f.hostIno, pid: pid, owner: o, seq: w.jobSeq}
 	w.jobSeq++
 	w.pending[f.key] = j
 	w.queue = append(w.queue, j)
