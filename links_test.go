@@ -342,3 +342,78 @@ func TestLinkConcurrent(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanConcurrent: one Plan used from several goroutines at once, as
+// its doc allows: Attach and the Links' Close, Sites, LeftOut, Len and
+// Retarget; then one Link counts every call exactly, and Close called
+// twice at once leaves no program behind.
+func TestPlanConcurrent(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		const n, calls = 5, 3
+		target := testprogs.PrivateTarget(t, n)
+		c, plans := setup(t, f, multiprobe.Options{}, []string{"uprobe:" + target + ":func_*"})
+		pl := plans[0]
+		progs := probetest.TakeSnapshot(t, c.CountEntry)
+		rounds := 5
+		if f.Path() == kernelprobe.PathPerfEvent {
+			rounds = 2 // each Close waits out a grace period per site
+		}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for range rounds {
+					l, err := pl.Attach(c.CountEntry)
+					if err != nil {
+						t.Errorf("Attach: %v", err)
+						return
+					}
+					if len(l.Sites()) != n {
+						t.Errorf("Sites of a Link: %d, want %d", len(l.Sites()), n)
+					}
+					if err := l.Close(); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			for range 50 {
+				if len(pl.Sites()) != n || pl.Len() != n || len(pl.LeftOut()) != 0 {
+					t.Errorf("Plan: %d sites, Len %d, %d left out", len(pl.Sites()), pl.Len(), len(pl.LeftOut()))
+				}
+				if rt, err := pl.Retarget(target); err != nil {
+					t.Errorf("Retarget: %v", err)
+				} else {
+					rt.Close()
+				}
+			}
+		})
+		wg.Wait()
+
+		p := startWaiting(t, target, calls)
+		l := mustAttach(t, pl, c.CountEntry)
+		p.Finish(t)
+		counts, err := testprogs.ReadArray(c.Counts, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for cookie, s := range l.Sites() {
+			if want := uint64(testprogs.ExpectedCalls(funcIndex(t, s.Name), calls)); counts[cookie] != want {
+				t.Errorf("%s: %d calls counted, want %d", s.Name, counts[cookie], want)
+			}
+		}
+		l.Close()
+		progs.Check(t, "after every Link's Close")
+		for range 2 {
+			wg.Go(func() {
+				if err := pl.Close(); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if _, err := pl.Attach(c.CountEntry); err == nil {
+			t.Error("Attach of a closed Plan: no error")
+		}
+	})
+}

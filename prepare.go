@@ -62,7 +62,8 @@ const (
 // usual: ebpf.NewCollection, a bpf2go LoadAndAssign, or package load.
 // Change no program's instructions after Prepare (maps and constants may
 // change: the copies use the loaded program's maps). Prepare may be called
-// again on a prepared spec.
+// again on a prepared spec. It writes cs: plans that prepare one spec from
+// several goroutines take turns (package watch holds a lock around it).
 func (pl *Plan) Prepare(cs *ebpf.CollectionSpec) error {
 	return pl.prepare(cs)
 }

@@ -456,3 +456,101 @@ func TestWatchSlowFile(t *testing.T) {
 	// Its calls come after its attach: -wait waits for a line first.
 	checkCounts(t, c, n, calls, 2)
 }
+
+// TestWatchConcurrent: Files, Unpin and Close from several goroutines while
+// files are being attached and detached (run with -race): Close called
+// twice at once, Files after it empty, and no pin left behind.
+func TestWatchConcurrent(t *testing.T) {
+	requireEvents(t)
+	const n, copies = 5, 6
+	data, err := os.ReadFile(testprogs.BuildTarget(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, c := loadCounter(t, f)
+	probes, err := multiprobe.ParseProbes("uprobe:libmpconc:func_*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := filepath.Join(testutil.BPFFS(t), "watch")
+	got := &reports{}
+	w, err := New(probes, cs, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, PinDir: pins, Report: got.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			path := filepath.Join(dir, fmt.Sprintf("libmpconc.so.%d", i%copies))
+			os.Remove(path) // a new file each time: attached, then detached
+			if err := os.WriteFile(path, data, 0o755); err != nil {
+				t.Error(err)
+				return
+			}
+			testprogs.Start(t, path, "-wait", "1").Finish(t)
+		}
+	})
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, f := range w.Files() {
+					_ = f.Link.Sites()
+					_ = f.Link.FDs()
+				}
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	if err := w.Unpin(); err != nil {
+		t.Errorf("Unpin: %v", err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	var closers sync.WaitGroup
+	for range 2 {
+		closers.Go(func() {
+			if err := w.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+	}
+	closers.Wait()
+	close(stop)
+	wg.Wait()
+	if files := w.Files(); len(files) != 0 {
+		t.Errorf("Files after Close: %+v", files)
+	}
+	got.mu.Lock()
+	attached, detached := 0, 0
+	for _, r := range got.all {
+		switch r.What {
+		case Attached:
+			attached++
+		case Detached:
+			detached++
+		}
+	}
+	got.mu.Unlock()
+	t.Logf("%d files attached, %d detached meanwhile", attached, detached)
+	if attached < 2 || detached == 0 {
+		t.Errorf("%d files attached, %d detached: the test did not exercise the watch", attached, detached)
+	}
+	if ents, _ := os.ReadDir(pins); len(ents) != 0 {
+		t.Errorf("pins left after Unpin and Close: %v", ents)
+	}
+}
