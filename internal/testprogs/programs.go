@@ -93,11 +93,33 @@ func NewCounter(spec *ebpf.CollectionSpec) (*Counter, error) {
 	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
 		return nil, fmt.Errorf("testprogs: load counter: %w", err)
 	}
+	c.assign()
+	return c, nil
+}
+
+// NewCounterSharing is NewCounter with Counts pinned by name in dir, a
+// directory on a BPF file system: counters loaded so, by any process,
+// count into one map (an agent's, killed, and the next one's). It sets
+// the pinning in spec.
+func NewCounterSharing(spec *ebpf.CollectionSpec, dir string) (*Counter, error) {
+	m := spec.Maps["counts"]
+	if m == nil {
+		return nil, fmt.Errorf("testprogs: no counts map in the spec")
+	}
+	m.Pinning = ebpf.PinByName
+	c := &Counter{}
+	if err := spec.LoadAndAssign(&c.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: dir}}); err != nil {
+		return nil, fmt.Errorf("testprogs: load counter: %w", err)
+	}
+	c.assign()
+	return c, nil
+}
+
+func (c *Counter) assign() {
 	o := &c.objs
 	c.CountEntry, c.RecordReturn = o.CountEntry, o.RecordReturn
 	c.Counts, c.LastPID, c.RetCounts, c.RetValues = o.Counts, o.LastPid, o.RetCounts, o.RetValues
 	c.PIDCounts, c.OutOfRange = o.PidCounts, o.OutOfRange
-	return c, nil
 }
 
 // Close releases the programs and maps.
