@@ -2,11 +2,16 @@ package multiprobe_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
@@ -128,4 +133,169 @@ func soakState(b *testing.B, c *testprogs.Counter) soak {
 		heap:  int(ms.HeapAlloc),
 		rss:   pages * os.Getpagesize(),
 	}
+}
+
+// BenchmarkSoakLifecycles is BenchmarkSoak for a long-running agent's
+// other lifecycles, a cycle an iteration: pin (attach, Pin, take back
+// with LoadPinnedLink, Close the first, Unpin and Close the second) and
+// update (Update of an updatable Link to another set of sites and back).
+// After the last cycle the fds, the program's kernel links, the
+// goroutines, the kernel's programs and the BPF file system's entries are
+// what they were before the first, and a Link attached then counts every
+// call of a run of the target exactly. The numbers are 1,000
+// cycles:
+//
+//	go test -run='^$' -bench='SoakLifecycles/.*path=uprobe_multi' -benchtime=1000x .
+func BenchmarkSoakLifecycles(b *testing.B) {
+	probetest.RequireBPF(b)
+	native, perf := nativeAndPerfEvent(b)
+	for _, f := range []kernelprobe.Features{native, perf} {
+		if f.Path() == kernelprobe.PathPerfEvent && !f.Cookies {
+			continue // no pinnable links before Linux 5.15
+		}
+		n := 100
+		if f.Path() == kernelprobe.PathPerfEvent {
+			n = 10 // a detach costs a grace period a site
+		}
+		for _, lc := range []string{"pin", "update"} {
+			b.Run("lifecycle="+lc+"/path="+f.Path().String(), func(b *testing.B) {
+				target := testprogs.PrivateTarget(b, n)
+				bpffs := testutil.BPFFS(b)
+				spec, err := testprogs.CounterSpec()
+				if err != nil {
+					b.Fatal(err)
+				}
+				// The counter is loaded from the spec every plan
+				// prepared, as an updatable Link needs.
+				var counter *testprogs.Counter
+				load := func() *testprogs.Counter {
+					if counter == nil {
+						if counter, err = testprogs.NewCounter(spec); err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { counter.Close() })
+					}
+					return counter
+				}
+				resolve := func(specs string, opts multiprobe.Options) *multiprobe.Plan {
+					probes, err := multiprobe.ParseProbes("uprobe:" + target + ":" + specs)
+					if err != nil {
+						b.Fatal(err)
+					}
+					opts.Features = &f
+					pl, err := multiprobe.Resolve(probes, &opts)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { pl.Close() })
+					if err := pl.Prepare(spec); err != nil {
+						b.Fatal(err)
+					}
+					return pl
+				}
+				cycle, last := soakLifecycle(b, lc, load, bpffs+"/link", resolve)
+				cycle()
+				before := lifecycleState(b, counter, bpffs)
+				for b.Loop() {
+					cycle()
+				}
+				after := lifecycleState(b, counter, bpffs)
+				b.ReportMetric(float64(after.fds-before.fds), "fds-left")
+				b.ReportMetric(float64(after.links-before.links), "links-left")
+				b.ReportMetric(float64(after.goroutines-before.goroutines), "goroutines-left")
+				b.ReportMetric(float64(after.progs-before.progs), "progs-left")
+				b.ReportMetric(float64(after.pins-before.pins), "pins-left")
+				b.ReportMetric(float64(after.rss-before.rss)/(1<<20), "rss-MB-grown")
+				if after != before {
+					after.rss, before.rss = 0, 0
+				}
+				if after != before {
+					b.Errorf("after %d cycles: %+v, before %+v", b.N, after, before)
+				}
+
+				l := last()
+				defer l.Close()
+				calls := 1
+				runTarget(b, target, calls)
+				counts, err := testprogs.ReadArray(counter.Counts, n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for cookie, s := range l.Sites() {
+					if want := uint64(testprogs.ExpectedCalls(funcIndex(b, s.Name), calls)); counts[cookie] != want {
+						b.Fatalf("after the soak, %s (cookie %d) counted %d calls, want %d", s.Name, cookie, counts[cookie], want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// soakLifecycle returns a cycle of lifecycle lc, and what attaches the
+// Link whose counts are checked after the soak. load loads the counter
+// once every plan is resolved and has prepared its spec.
+func soakLifecycle(b *testing.B, lc string, load func() *testprogs.Counter, dir string, resolve func(string, multiprobe.Options) *multiprobe.Plan) (cycle func(), last func() *multiprobe.Link) {
+	switch lc {
+	case "pin":
+		pl := resolve("func_*", multiprobe.Options{})
+		counter := load()
+		return func() {
+				first, err := pl.Attach(counter.CountEntry)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := first.Pin(dir); err != nil {
+					b.Fatal(err)
+				}
+				back, err := multiprobe.LoadPinnedLink(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := errors.Join(first.Close(), back.Unpin(), back.Close()); err != nil {
+					b.Fatal(err)
+				}
+			}, func() *multiprobe.Link {
+				l, err := pl.Attach(counter.CountEntry)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return l
+			}
+	case "update":
+		opts := multiprobe.Options{Updatable: true}
+		all, odd := resolve("func_*", opts), resolve("func_*[13579]", opts)
+		l, err := all.Attach(load().CountEntry)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		return func() {
+			if err := l.Update(odd); err != nil {
+				b.Fatal(err)
+			}
+			if err := l.Update(all); err != nil {
+				b.Fatal(err)
+			}
+		}, func() *multiprobe.Link { return l }
+	}
+	b.Fatalf("no lifecycle %q", lc)
+	return nil, nil
+}
+
+type lifecycle struct{ fds, links, goroutines, progs, pins, rss int }
+
+func lifecycleState(b *testing.B, c *testprogs.Counter, bpffs string) lifecycle {
+	b.Helper()
+	s := soakState(b, c)
+	progs := 0
+	for id := ebpf.ProgramID(0); ; progs++ {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			break
+		}
+		id = next
+	}
+	pins := 0
+	filepath.WalkDir(bpffs, func(string, fs.DirEntry, error) error { pins++; return nil })
+	return lifecycle{fds: s.fds, links: s.links, goroutines: runtime.NumGoroutine(), progs: progs, pins: pins, rss: s.rss}
 }
