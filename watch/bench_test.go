@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
+	"github.com/multiprobe/multiprobe/probetest"
 )
 
 // benchWatch starts a Watch whose probes match nothing on the machine, so
@@ -174,4 +176,114 @@ func BenchmarkFirstMapping(b *testing.B) {
 	slices.Sort(waits)
 	b.ReportMetric(float64(waits[len(waits)/2].Nanoseconds()), "p50-ns")
 	b.ReportMetric(float64(waits[len(waits)*99/100].Nanoseconds()), "p99-ns")
+}
+
+// BenchmarkSoakWatch is a watch's lifecycle over and over, a cycle an
+// iteration: a new file appears (a new inode, as an upgrade makes), a
+// process runs it, the file is deleted and the process exits; the watch
+// attaches it and detaches it. After the last cycle the fds, goroutines, the
+// program's kernel links, the watch's files, pending files, failures and
+// budget are what they were before the first, and the watch still counts
+// a new file's calls exactly. The numbers are 1,000 cycles:
+//
+//	go test -run='^$' -bench=SoakWatch -benchtime=1000x ./watch
+func BenchmarkSoakWatch(b *testing.B) {
+	requireEvents(b)
+	const n, calls = 5, 1
+	f, err := kernelprobe.Detect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := os.ReadFile(testprogs.BuildTarget(b, n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec, c := loadCounter(b, f)
+	probes, err := multiprobe.ParseProbes("uprobe:libmpsoak:func_*")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var attached, detached atomic.Int64
+	w, err := New(probes, spec, c.CountEntry, &Options{Plan: multiprobe.Options{Features: &f}, Report: func(r Report) {
+		switch r.What {
+		case Attached:
+			attached.Add(1)
+		case Detached:
+			detached.Add(1)
+		}
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	path := filepath.Join(b.TempDir(), "libmpsoak.so")
+	cycle := func() {
+		if err := os.WriteFile(path, data, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		want := attached.Load() + 1
+		p := testprogs.Start(b, path, "-wait", "0")
+		for deadline := time.Now().Add(10 * time.Second); attached.Load() < want; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("a new file not attached in 10 s")
+			}
+		}
+		// Deleted while it runs, as an upgrade replaces a file: its
+		// process's exit is when the watch looks.
+		if err := os.Remove(path); err != nil {
+			b.Fatal(err)
+		}
+		p.Finish(b)
+		for deadline := time.Now().Add(10 * time.Second); detached.Load() < want; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				b.Fatal("a deleted file not detached in 10 s")
+			}
+		}
+	}
+	type state struct{ fds, goroutines, links, files, pending, failures, budget int }
+	current := func() state {
+		w.closing.Wait() // the detaches' closes
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return state{len(fds), runtime.NumGoroutine(), len(probetest.ProgramLinks(b, c.CountEntry)), len(w.files), len(w.pending), len(w.failures), w.budget.all.files + w.budget.all.fds}
+	}
+	cycle()
+	before := current()
+	for b.Loop() {
+		cycle()
+	}
+	after := current()
+	b.ReportMetric(float64(after.fds-before.fds), "fds-left")
+	b.ReportMetric(float64(after.goroutines-before.goroutines), "goroutines-left")
+	b.ReportMetric(float64(after.links-before.links), "links-left")
+	if after != before {
+		b.Errorf("after %d cycles: %+v, before %+v", b.N, after, before)
+	}
+
+	// Still counting: one more file, its calls.
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	want := attached.Load() + 1
+	p := testprogs.Start(b, path, "-wait", fmt.Sprint(calls))
+	for deadline := time.Now().Add(10 * time.Second); attached.Load() < want; time.Sleep(100 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("the last file not attached in 10 s")
+		}
+	}
+	if err := c.Counts.Update(uint32(0), uint64(0), ebpf.UpdateAny); err != nil {
+		b.Fatal(err)
+	}
+	p.Finish(b)
+	var k uint64
+	if err := c.Counts.Lookup(uint32(w.Files()[0].Link.Sites()[0].Cookie), &k); err != nil {
+		b.Fatal(err)
+	}
+	if want := uint64(testprogs.ExpectedCalls(0, calls)); k != want {
+		b.Errorf("after the soak, the first function counted %d calls, want %d", k, want)
+	}
 }
