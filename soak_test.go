@@ -145,7 +145,7 @@ func soakState(b *testing.B, c *testprogs.Counter) soak {
 // call of a run of the target exactly. The numbers are 1,000
 // cycles:
 //
-//	go test -run='^$' -bench='SoakLifecycles/.*path=uprobe_multi' -benchtime=1000x .
+//	go test -run='^$' -bench='SoakLifecycles//path=uprobe_multi' -benchtime=1000x .
 func BenchmarkSoakLifecycles(b *testing.B) {
 	probetest.RequireBPF(b)
 	native, perf := nativeAndPerfEvent(b)
