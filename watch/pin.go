@@ -96,11 +96,16 @@ func (w *Watch) pin(a *attached) error {
 }
 
 // Unpin removes every file's pinned link (Options.PinDir), so that Close
-// detaches them: for an agent that is being removed, not restarted.
+// detaches them: for an agent that is being removed, not restarted. A
+// file attached after Unpin is not pinned either. Without a PinDir it
+// does nothing.
 func (w *Watch) Unpin() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.unpinned = true
+	if w.opts.PinDir == "" {
+		return nil // nothing pinned
+	}
 	var errs []error
 	for _, a := range w.files {
 		errs = append(errs, a.link.Unpin())
