@@ -163,7 +163,11 @@ func (a *agent) report(r watch.Report) {
 	defer a.mu.Unlock()
 	full := 0
 	for _, s := range r.Sites {
-		fn, ok := a.number(function{a.probes[s.Probe.String()], s.Name})
+		probe := a.probes[s.Probe.String()]
+		if probe == "" {
+			continue // taken back from a pin, of a probe no longer configured
+		}
+		fn, ok := a.number(function{probe, s.Name})
 		if !ok {
 			full++
 			continue

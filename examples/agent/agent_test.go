@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -279,4 +281,118 @@ func TestDeployConfig(t *testing.T) {
 	if fmt.Sprint(inMap) != fmt.Sprint(*cfg) {
 		t.Errorf("the ConfigMap's config %+v differs from deploy/config.json's %+v", inMap, *cfg)
 	}
+}
+
+// TestAgentSamePath: the workload runs on the host and in a "container"
+// (a mount namespace of its own where the workload's directory is another
+// copy: the same paths, other files, as a Debian container's libc is at
+// the host's path). Both copies are attached, and every scrape, while
+// both run and after the container's exited, is HTTP 200, parses with
+// Prometheus's text parser and passes its lint (promtool check metrics'
+// rules), with one multiprobe_file_users series per file that a process
+// maps. Before, the two files were one series twice: HTTP 500 ("was
+// collected before with the same name and label values") for as long as
+// the container's file stayed attached.
+func TestAgentSamePath(t *testing.T) {
+	need(t, os.Geteuid() == 0, "the agent needs root")
+	unshare, err := exec.LookPath("unshare")
+	need(t, err == nil, "unshare runs the container")
+	dir := t.TempDir()
+	workload, lib := buildWorkload(t, dir)
+	other := t.TempDir()
+	for _, f := range []string{workload, lib} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(other, filepath.Base(f)), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bpffs := filepath.Join(dir, "bpffs")
+	if err := os.Mkdir(bpffs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
+		t.Fatalf("mounting a BPF file system: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
+	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: filepath.Join(bpffs, "agent"), Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agent, addr := startAgent(t, path, "-unpin")
+	defer stopAgent(t, agent)
+
+	host := exec.Command(workload, "4000", "1000")
+	container := exec.Command(unshare, "-m", "--propagation", "private", "sh", "-c", `mount --bind "$1" "$2" && exec "$3" 1500 1000`, "sh", other, dir, workload)
+	for _, c := range []*exec.Cmd{host, container} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer host.Process.Kill()
+	users := func() map[string]float64 {
+		t.Helper()
+		out := map[string]float64{}
+		for _, m := range checkedScrape(t, addr)["multiprobe_file_users"].GetMetric() {
+			if label(m, "path") == lib {
+				out[label(m, "file")] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	var both map[string]float64
+	for deadline := time.Now().Add(10 * time.Second); len(both) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the host's and the container's %s: %v, want two files", lib, both)
+		}
+		both = users()
+	}
+	if err := container.Wait(); err != nil {
+		t.Fatalf("the container: %v", err)
+	}
+	var after map[string]float64
+	for deadline := time.Now().Add(10 * time.Second); len(after) != 1; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the container exited: %v, want the host's file alone", after)
+		}
+		after = users()
+	}
+	t.Logf("while both ran: %v; after the container exited: %v", both, after)
+}
+
+// checkedScrape is scrape, after checking the response as Prometheus
+// would: HTTP 200, and no problem promlint finds.
+func checkedScrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s\n%s", resp.Status, body)
+	}
+	problems, err := promlint.New(bytes.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatalf("promlint: %v\n%s", err, body)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v\n%s", err, body)
+	}
+	return fams
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 
@@ -27,7 +28,10 @@ func newCollector(a *agent) *collector {
 		dur: prometheus.NewDesc("multiprobe_call_duration_seconds", "Time from a probed function's entry to its return.",
 			[]string{"probe", "function"}, nil),
 		files: prometheus.NewDesc("multiprobe_files", "Files attached: each distinct file the probes' targets match, as the kernel maps it.", nil, nil),
-		users: prometheus.NewDesc("multiprobe_file_users", "Processes that map an attached file.", []string{"path"}, nil),
+		// path alone is no file's name: a container's libc is at the
+		// host's path, another file. file (device:inode, as
+		// /proc/PID/maps writes it) tells them apart.
+		users: prometheus.NewDesc("multiprobe_file_users", "Processes that map an attached file, by path and by the file the kernel maps (device:inode).", []string{"path", "file"}, nil),
 	}
 }
 
@@ -40,6 +44,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for i, f := range c.a.functions() {
+		if f.probe == "" {
+			continue // a function of a probe no longer in the config
+		}
 		var n uint64
 		var h agentHist
 		if c.a.objs.Counts.Lookup(uint32(i), &n) != nil || c.a.objs.Hists.Lookup(uint32(i), &h) != nil {
@@ -59,7 +66,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	files := c.a.w.Files()
 	ch <- prometheus.MustNewConstMetric(c.files, prometheus.GaugeValue, float64(len(files)))
 	for _, f := range files {
-		ch <- prometheus.MustNewConstMetric(c.users, prometheus.GaugeValue, float64(f.Users), f.Path)
+		if f.Users == 0 {
+			continue // attached, waiting for a process: no series
+		}
+		id := fmt.Sprintf("%02x:%02x:%d", f.ID.Major, f.ID.Minor, f.ID.Inode)
+		ch <- prometheus.MustNewConstMetric(c.users, prometheus.GaugeValue, float64(f.Users), f.Path, id)
 	}
 }
 
