@@ -53,12 +53,9 @@ func start(cfg *config, verbose bool) (_ *agent, err error) {
 	for _, pc := range cfg.Probes {
 		ps, err := multiprobe.ParseProbes(pc.Spec)
 		if err != nil {
-			return nil, err
+			return nil, err // config.check said so first
 		}
 		for _, p := range ps {
-			if p.Kind != multiprobe.Entry {
-				return nil, fmt.Errorf("probe %s (%s): the agent times functions: give uprobe:TARGET:PATTERN", pc.Name, pc.Spec)
-			}
 			// An entry and a return probe each: the time between is the
 			// call's.
 			ret := p
@@ -153,7 +150,12 @@ func (a *agent) number(f function) (int, bool) {
 // report fills in the sites of a file the watch attached, so that the
 // program finds their functions; until then it passes them over.
 func (a *agent) report(r watch.Report) {
-	if a.verbose {
+	switch {
+	case r.What == watch.Skipped || r.What == watch.Rescanned:
+		// Always: the watch says so once per file and reason (a
+		// pattern that matches nothing in a file, not once per process).
+		log.Printf("%s %s (process %d): %v", r.What, r.Path, r.PID, r.Err)
+	case a.verbose:
 		log.Printf("%s %s (process %d, %d sites) %v", r.What, r.Path, r.PID, len(r.Sites), r.Err)
 	}
 	if r.What != watch.Attached && r.What != watch.Restored {

@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
@@ -67,6 +71,33 @@ func buildWorkload(t *testing.T, dir string) (work, lib string) {
 // where it serves /metrics.
 func startAgent(t *testing.T, path string, args ...string) (*exec.Cmd, string) {
 	t.Helper()
+	cmd, addr, _ := startAgentLogged(t, path, args...)
+	return cmd, addr
+}
+
+// agentLog is what an agent logged.
+type agentLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// matching returns the lines that hold s.
+func (l *agentLog) matching(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// startAgentLogged is startAgent, with what the agent logs.
+func startAgentLogged(t *testing.T, path string, args ...string) (*exec.Cmd, string, *agentLog) {
+	t.Helper()
+	logged := &agentLog{}
 	cmd := exec.Command(os.Args[0], append([]string{"-config", path, "-v"}, args...)...)
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	stderr, err := cmd.StderrPipe()
@@ -83,6 +114,9 @@ func startAgent(t *testing.T, path string, args ...string) (*exec.Cmd, string) {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			t.Log(sc.Text())
+			logged.mu.Lock()
+			logged.lines = append(logged.lines, sc.Text())
+			logged.mu.Unlock()
 			if a, ok := strings.CutPrefix(sc.Text(), "agent: serving /metrics on "); ok {
 				addr <- a
 			}
@@ -93,11 +127,11 @@ func startAgent(t *testing.T, path string, args ...string) (*exec.Cmd, string) {
 		if !ok {
 			t.Fatal("the agent ended before it served /metrics")
 		}
-		return cmd, a
+		return cmd, a, logged
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent did not start serving /metrics")
 	}
-	return nil, ""
+	return nil, "", nil
 }
 
 // stopAgent ends the agent as a DaemonSet's rollout does, with SIGTERM.
@@ -237,12 +271,154 @@ func TestAgent(t *testing.T) {
 	check(addr, 350)
 	stopAgent(t, agent)
 
-	// -unpin, for removing the agent: nothing stays pinned.
+	// -uninstall, the Job that removes the agent from a node: nothing
+	// stays pinned or attached (a run after it is counted nowhere: the
+	// counts are gone with their pins).
+	uninstall(t, path)
+	if _, err := os.Stat(pin); !os.IsNotExist(err) {
+		ents, _ := os.ReadDir(pin)
+		t.Errorf("after -uninstall the pin directory is still there (%v): %v", err, ents)
+	}
+	if ids := agentLinks(t); len(ids) != 0 {
+		t.Errorf("after -uninstall %d uprobe links are left", len(ids))
+	}
+	uninstall(t, path) // again: nothing to do, no error
+
+	// -unpin does the same when the agent exits.
 	agent, _ = startAgent(t, path, "-unpin")
 	stopAgent(t, agent)
 	if _, err := os.Stat(pin); !os.IsNotExist(err) {
 		ents, _ := os.ReadDir(pin)
 		t.Errorf("after -unpin the pin directory is still there (%v): %v", err, ents)
+	}
+}
+
+// uninstall runs the agent as the uninstall Job does.
+func uninstall(t *testing.T, path string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-config", path, "-uninstall")
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	t.Logf("-uninstall: %s", bytes.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("-uninstall: %v", err)
+	}
+}
+
+// agentLinks lists the kernel's uprobe_multi and perf links of programs
+// named agent_probe.
+func agentLinks(t *testing.T) []link.ID {
+	t.Helper()
+	var ids []link.ID
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue
+		}
+		prog, err := ebpf.NewProgramFromID(info.Program)
+		if err != nil {
+			continue
+		}
+		pi, err := prog.Info()
+		prog.Close()
+		if err == nil && strings.HasPrefix(pi.Name, "agent_probe") {
+			ids = append(ids, it.ID)
+		}
+	}
+	return ids
+}
+
+// TestConfigCheck: a config the agent cannot run is refused before
+// anything is attached, with the probe named.
+func TestConfigCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		probes []probeConfig
+		want   string // in the error; "" for none
+	}{
+		{"good", []probeConfig{{"malloc", "uprobe:libc:malloc"}, {"free", "uprobe:libc:free"}}, ""},
+		{"no probes", nil, "no probes"},
+		{"no name", []probeConfig{{"", "uprobe:libc:malloc"}}, "no name"},
+		{"twice", []probeConfig{{"m", "uprobe:libc:malloc"}, {"m", "uprobe:libc:free"}}, "two probes"},
+		{"bad spec", []probeConfig{{"m", "uprobe:libc"}}, "probe m"},
+		{"return probe", []probeConfig{{"m", "uretprobe:libc:malloc"}}, "times functions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := (&config{Probes: tc.probes}).check()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("check: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestAgentFailsFast: an agent whose port is taken exits at once with an
+// error that says so, having attached and pinned nothing; a pattern that
+// matches no function of a library (a typo) and a library that is not
+// on the node are each a warning, the first said once for libc however
+// many processes map it.
+func TestAgentFailsFast(t *testing.T) {
+	need(t, os.Geteuid() == 0, "the agent needs root")
+	dir := t.TempDir()
+	bpffs := filepath.Join(dir, "bpffs")
+	if err := os.Mkdir(bpffs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
+		t.Fatalf("mounting a BPF file system: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	write := func(c config) string {
+		data, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, "config.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	pin := filepath.Join(bpffs, "agent")
+	path := write(config{Listen: taken.Addr().String(), PinDir: pin, Probes: []probeConfig{{"malloc", "uprobe:libc:malloc"}}})
+	cmd := exec.Command(os.Args[0], "-config", path)
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "address already in use") {
+		t.Errorf("an agent on a port taken: %v, %s; want it to fail with EADDRINUSE", err, out)
+	}
+	if _, err := os.Stat(pin); !os.IsNotExist(err) {
+		t.Errorf("an agent that could not listen left %s (%v)", pin, err)
+	}
+
+	path = write(config{Listen: "127.0.0.1:0", PinDir: pin, Probes: []probeConfig{
+		{"typo", "uprobe:libc:mallocc"}, {"absent", "uprobe:libmultiprobe-absent:f"}}})
+	agent, _, logged := startAgentLogged(t, path, "-unpin")
+	for range 5 {
+		if out, err := exec.Command("true").CombinedOutput(); err != nil {
+			t.Fatalf("true: %v %s", err, out)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	stopAgent(t, agent)
+	if w := logged.matching("warning: probe absent"); len(w) != 1 {
+		t.Errorf("the absent library: %d warnings, want 1: %q", len(w), w)
+	}
+	libc := 0
+	for _, l := range logged.matching("skipped") {
+		if strings.Contains(l, "libc.so") {
+			libc++
+		}
+	}
+	if libc != 1 {
+		t.Errorf("libc, whose functions match no mallocc: said %d times, want once (the lines: %q)", libc, logged.matching("skipped"))
 	}
 }
 

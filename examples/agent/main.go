@@ -22,8 +22,9 @@
 // the probes' links (watch.Options.PinDir): while an agent restarts, or
 // is upgraded, its probes stay attached and count, and the next one takes
 // them back, so the counters Prometheus sees miss no call and never go
-// back. -unpin, for removing the agent, detaches everything at exit and
-// removes the pins.
+// back. -uninstall (the uninstall Job, deploy/uninstall.yaml) detaches
+// everything the last agent left and removes the pins; -unpin does the
+// same when the agent exits.
 //
 // The agent needs root (CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON) and the
 // node's pid namespace: it reads every process's /proc/PID/maps.
@@ -40,7 +41,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/elfsym"
 )
 
 // config is the agent's config file.
@@ -69,10 +74,59 @@ func readConfig(path string) (*config, error) {
 	if err := json.Unmarshal(data, c); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(c.Probes) == 0 {
-		return nil, fmt.Errorf("%s: no probes", path)
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
+}
+
+// check refuses a config the agent cannot run, before anything is
+// attached: no probes, a probe without a name or with another's, a spec
+// that does not parse or is not an entry probe.
+func (c *config) check() error {
+	if len(c.Probes) == 0 {
+		return errors.New("no probes")
+	}
+	names := map[string]bool{}
+	for _, p := range c.Probes {
+		switch {
+		case p.Name == "":
+			return fmt.Errorf("probe %q: no name", p.Spec)
+		case names[p.Name]:
+			return fmt.Errorf("probe %s: two probes of that name", p.Name)
+		}
+		names[p.Name] = true
+		ps, err := multiprobe.ParseProbes(p.Spec)
+		if err != nil {
+			return fmt.Errorf("probe %s: %w", p.Name, err)
+		}
+		for _, q := range ps {
+			if q.Kind != multiprobe.Entry {
+				return fmt.Errorf("probe %s (%s): the agent times functions: give uprobe:TARGET:PATTERN", p.Name, p.Spec)
+			}
+		}
+	}
+	return nil
+}
+
+// warnAbsent says, once at start, which probes' targets name no file in
+// this root: a typo, or a library only containers have. They are still
+// watched for.
+func (c *config) warnAbsent() {
+	for _, p := range c.Probes {
+		ps, _ := multiprobe.ParseProbes(p.Spec)
+		for _, q := range ps {
+			var err error
+			if strings.Contains(q.Target, "/") {
+				_, err = elfsym.GlobIn("", q.Target)
+			} else {
+				_, err = elfsym.LookPath(q.Target)
+			}
+			if err != nil {
+				log.Printf("warning: probe %s: no file here is %s (%v); the agent attaches it where one appears, in a container or later", p.Name, q.Target, err)
+			}
+		}
+	}
 }
 
 func main() {
@@ -81,8 +135,15 @@ func main() {
 	path := flag.String("config", "/etc/multiprobe-agent/config.json", "the config `FILE`")
 	verbose := flag.Bool("v", false, "log each file attached, skipped or detached")
 	unpin := flag.Bool("unpin", false, "on exit, detach every probe and remove the pinned counts (when removing the agent from the node, not restarting it)")
+	uninstall := flag.Bool("uninstall", false, "detach every probe a last agent left pinned, remove the pinned counts, and exit (the uninstall Job)")
 	flag.Parse()
-	if err := run(*path, *verbose, *unpin); err != nil {
+	var err error
+	if *uninstall {
+		err = runUninstall(*path)
+	} else {
+		err = run(*path, *verbose, *unpin)
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -93,6 +154,13 @@ func run(path string, verbose, unpin bool) error {
 	if err != nil {
 		return err
 	}
+	// The port first: an agent that cannot serve attaches nothing.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w (is another agent running?)", cfg.Listen, err)
+	}
+	defer ln.Close()
+	cfg.warnAbsent()
 	a, err := start(cfg, verbose)
 	if err != nil {
 		return err
@@ -102,10 +170,6 @@ func run(path string, verbose, unpin bool) error {
 			log.Print(err)
 		}
 	}()
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return err
-	}
 	srv := &http.Server{Handler: a.handler()}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -117,5 +181,31 @@ func run(path string, verbose, unpin bool) error {
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	return nil
+}
+
+// runUninstall removes what agents left on the node: it takes back the
+// pinned links and counts under the config's pin_dir, detaches every
+// probe and removes the pins. Nothing pinned is no error.
+func runUninstall(path string) error {
+	cfg, err := readConfig(path)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(cfg.PinDir); errors.Is(err, os.ErrNotExist) {
+		log.Printf("nothing pinned under %s", cfg.PinDir)
+		return nil
+	}
+	a, err := start(cfg, false)
+	if err != nil {
+		return err
+	}
+	if err := a.close(true, cfg.PinDir); err != nil {
+		return err
+	}
+	if _, err := os.Stat(cfg.PinDir); !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s still there after the uninstall: %v", cfg.PinDir, err)
+	}
+	log.Printf("removed every probe and the pins under %s", cfg.PinDir)
 	return nil
 }
