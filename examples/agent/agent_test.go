@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"go.yaml.in/yaml/v3"
 )
 
 // mainEnv makes the test binary, started again, run as the agent.
@@ -274,7 +276,7 @@ func TestAgent(t *testing.T) {
 	// -uninstall, the Job that removes the agent from a node: nothing
 	// stays pinned or attached (a run after it is counted nowhere: the
 	// counts are gone with their pins).
-	uninstall(t, path)
+	uninstall(t, pin)
 	if _, err := os.Stat(pin); !os.IsNotExist(err) {
 		ents, _ := os.ReadDir(pin)
 		t.Errorf("after -uninstall the pin directory is still there (%v): %v", err, ents)
@@ -282,7 +284,7 @@ func TestAgent(t *testing.T) {
 	if ids := agentLinks(t); len(ids) != 0 {
 		t.Errorf("after -uninstall %d uprobe links are left", len(ids))
 	}
-	uninstall(t, path) // again: nothing to do, no error
+	uninstall(t, pin) // again: nothing to do, no error
 
 	// -unpin does the same when the agent exits.
 	agent, _ = startAgent(t, path, "-unpin")
@@ -293,10 +295,10 @@ func TestAgent(t *testing.T) {
 	}
 }
 
-// uninstall runs the agent as the uninstall Job does.
-func uninstall(t *testing.T, path string) {
+// uninstall runs the agent as deploy/uninstall.yaml does, on pin.
+func uninstall(t *testing.T, pin string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-config", path, "-uninstall")
+	cmd := exec.Command(os.Args[0], "-uninstall", "-pin-dir", pin)
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	t.Logf("-uninstall: %s", bytes.TrimSpace(out))
@@ -571,4 +573,166 @@ func checkedScrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 		t.Fatalf("parsing /metrics: %v\n%s", err, body)
 	}
 	return fams
+}
+
+// TestDeployManifests: what the manifests say is what the agent does: one
+// image for every container, usable when loaded onto a node (pulled
+// IfNotPresent); the agent not privileged, with the capabilities it
+// needs; its probes on endpoints it serves; its port the config's; the
+// node's BPF file system where pin_dir is, mounted by the init container
+// with the flag the agent has; the Service and the PodMonitor selecting
+// the agent's pods by port name; the uninstall DaemonSet on the same
+// pin_dir.
+func TestDeployManifests(t *testing.T) {
+	docs := map[string]map[string]any{} // by kind/name
+	for _, f := range []string{"deploy/daemonset.yaml", "deploy/uninstall.yaml", "deploy/podmonitor.yaml"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		for {
+			var doc map[string]any
+			if err := dec.Decode(&doc); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			docs[fmt.Sprint(doc["kind"], "/", get(t, doc, "metadata", "name"))] = doc
+		}
+	}
+	cfg, err := readConfig("deploy/config.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := (&agent{}).handler()
+
+	ds := docs["DaemonSet/multiprobe-agent"]
+	pod := get(t, ds, "spec", "template", "spec").(map[string]any)
+	if pod["hostPID"] != true {
+		t.Error("the agent's pod is not in the node's pid namespace (hostPID)")
+	}
+	images := map[string]bool{}
+	containers := func(pod map[string]any, key string) []map[string]any {
+		var out []map[string]any
+		list, _ := pod[key].([]any)
+		for _, c := range list {
+			c := c.(map[string]any)
+			images[fmt.Sprint(c["image"])] = true
+			if c["imagePullPolicy"] != "IfNotPresent" {
+				t.Errorf("container %v: imagePullPolicy %v, want IfNotPresent (a locally loaded image)", c["name"], c["imagePullPolicy"])
+			}
+			out = append(out, c)
+		}
+		return out
+	}
+	agentC := containers(pod, "containers")[0]
+	initC := containers(pod, "initContainers")[0]
+	sc := agentC["securityContext"].(map[string]any)
+	if sc["privileged"] == true {
+		t.Error("the agent container is privileged; its capabilities suffice")
+	}
+	caps := fmt.Sprint(get(t, sc, "capabilities", "add"))
+	for _, c := range []string{"BPF", "PERFMON", "SYS_ADMIN", "SYS_PTRACE"} {
+		if !strings.Contains(caps, c) {
+			t.Errorf("the agent container lacks CAP_%s (has %s)", c, caps)
+		}
+	}
+	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+		path := fmt.Sprint(get(t, agentC, probe, "httpGet", "path"))
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != http.StatusOK {
+			t.Errorf("%s %s: the agent answers %d", probe, path, rec.Code)
+		}
+		if p := get(t, agentC, probe, "httpGet", "port"); p != "metrics" {
+			t.Errorf("%s on port %v, want the metrics port", probe, p)
+		}
+	}
+	ports := agentC["ports"].([]any)[0].(map[string]any)
+	if fmt.Sprint(ports["containerPort"]) != port || ports["name"] != "metrics" {
+		t.Errorf("the agent's port %v (%v), the config listens on %s", ports["containerPort"], ports["name"], port)
+	}
+	bpffsAt := func(c map[string]any) string {
+		for _, m := range c["volumeMounts"].([]any) {
+			m := m.(map[string]any)
+			if m["name"] == "bpffs" {
+				return fmt.Sprint(m["mountPath"])
+			}
+		}
+		return ""
+	}
+	if at := bpffsAt(agentC); at == "" || !strings.HasPrefix(cfg.PinDir, at+"/") {
+		t.Errorf("the BPF file system is mounted at %q, pin_dir is %s", at, cfg.PinDir)
+	}
+	if args := fmt.Sprint(initC["command"]); !strings.Contains(args, "-mount-bpffs "+bpffsAt(initC)) {
+		t.Errorf("the init container runs %s, want the agent's -mount-bpffs on its bpffs mount", args)
+	}
+	if args := fmt.Sprint(agentC["args"]); !strings.Contains(args, "-config /etc/multiprobe-agent/config.json") {
+		t.Errorf("the agent's args %s", args)
+	}
+
+	labels := fmt.Sprint(get(t, ds, "spec", "template", "metadata", "labels"))
+	svc := docs["Service/multiprobe-agent"]
+	if sel := fmt.Sprint(get(t, svc, "spec", "selector")); sel != labels {
+		t.Errorf("the Service selects %s, the pods are %s", sel, labels)
+	}
+	pm := docs["PodMonitor/multiprobe-agent"]
+	if sel := fmt.Sprint(get(t, pm, "spec", "selector", "matchLabels")); sel != labels {
+		t.Errorf("the PodMonitor selects %s, the pods are %s", sel, labels)
+	}
+
+	un := docs["DaemonSet/multiprobe-agent-uninstall"]
+	upod := get(t, un, "spec", "template", "spec").(map[string]any)
+	uc := containers(upod, "initContainers")[0]
+	containers(upod, "containers")
+	if args := fmt.Sprint(uc["args"]); !strings.Contains(args, "-uninstall -pin-dir "+cfg.PinDir) {
+		t.Errorf("the uninstall runs %s, want -uninstall -pin-dir %s", args, cfg.PinDir)
+	}
+	if len(images) != 1 {
+		t.Errorf("the manifests name %d images, want one: %v", len(images), images)
+	}
+}
+
+// get walks a decoded YAML document by keys.
+func get(t *testing.T, doc map[string]any, keys ...string) any {
+	t.Helper()
+	var v any = doc
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("no %s in the manifest", strings.Join(keys, "."))
+		}
+		v = m[k]
+	}
+	return v
+}
+
+// TestMountBPFFS: the init container's -mount-bpffs mounts a BPF file
+// system where there is none, and leaves one that is there alone.
+func TestMountBPFFS(t *testing.T) {
+	need(t, os.Geteuid() == 0, "mounting needs root")
+	dir := t.TempDir()
+	for range 2 {
+		if err := mountBPF(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type != 0xcafe4a11 { // BPF_FS_MAGIC
+		t.Errorf("%s: file system %#x, want a BPF one", dir, st.Type)
+	}
+	if err := syscall.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Unmount(dir, 0); err == nil {
+		t.Error("two BPF file systems were mounted, one on the other")
+	}
 }

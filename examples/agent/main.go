@@ -26,8 +26,10 @@
 // everything the last agent left and removes the pins; -unpin does the
 // same when the agent exits.
 //
-// The agent needs root (CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON) and the
-// node's pid namespace: it reads every process's /proc/PID/maps.
+// The agent needs root's capabilities (deploy/daemonset.yaml lists which
+// and why) and the node's pid namespace: it reads every process's
+// /proc/PID/maps. README.md says how to build, deploy, scrape, upgrade and
+// remove it.
 package main
 
 import (
@@ -46,6 +48,7 @@ import (
 
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
+	"golang.org/x/sys/unix"
 )
 
 // config is the agent's config file.
@@ -135,12 +138,20 @@ func main() {
 	path := flag.String("config", "/etc/multiprobe-agent/config.json", "the config `FILE`")
 	verbose := flag.Bool("v", false, "log each file attached, skipped or detached")
 	unpin := flag.Bool("unpin", false, "on exit, detach every probe and remove the pinned counts (when removing the agent from the node, not restarting it)")
-	uninstall := flag.Bool("uninstall", false, "detach every probe a last agent left pinned, remove the pinned counts, and exit (the uninstall Job)")
+	uninstall := flag.Bool("uninstall", false, "detach every probe a last agent left pinned under -pin-dir, remove the pins, and exit (deploy/uninstall.yaml)")
+	pinDirFlag := flag.String("pin-dir", "/sys/fs/bpf/multiprobe-agent", "with -uninstall, the agents' pin_dir")
+	mountBPFFS := flag.String("mount-bpffs", "", "mount a BPF file system at `DIR` unless one is there, and exit (the DaemonSet's init container)")
+	sleep := flag.Bool("sleep", false, "do nothing until killed (the uninstall DaemonSet's pods, once done)")
 	flag.Parse()
 	var err error
-	if *uninstall {
-		err = runUninstall(*path)
-	} else {
+	switch {
+	case *uninstall:
+		err = runUninstall(*pinDirFlag)
+	case *mountBPFFS != "":
+		err = mountBPF(*mountBPFFS)
+	case *sleep:
+		select {}
+	default:
 		err = run(*path, *verbose, *unpin)
 	}
 	if err != nil {
@@ -185,27 +196,49 @@ func run(path string, verbose, unpin bool) error {
 }
 
 // runUninstall removes what agents left on the node: it takes back the
-// pinned links and counts under the config's pin_dir, detaches every
-// probe and removes the pins. Nothing pinned is no error.
-func runUninstall(path string) error {
-	cfg, err := readConfig(path)
-	if err != nil {
-		return err
-	}
-	if _, err := os.Stat(cfg.PinDir); errors.Is(err, os.ErrNotExist) {
-		log.Printf("nothing pinned under %s", cfg.PinDir)
+// links and counts pinned under pinDir, detaches every probe and removes
+// the pins. It needs no config (the ConfigMap may be gone with the
+// DaemonSet): what was pinned says what it is. Nothing pinned is no
+// error.
+func runUninstall(pinDir string) error {
+	if _, err := os.Stat(pinDir); errors.Is(err, os.ErrNotExist) {
+		log.Printf("nothing pinned under %s", pinDir)
 		return nil
 	}
+	// A probe that names no file: the watch takes back every pinned
+	// file, whatever its probes, and attaches nothing new.
+	cfg := &config{PinDir: pinDir, Probes: []probeConfig{{Name: "uninstall", Spec: "uprobe:/dev/null/multiprobe-agent-uninstall:none"}}}
 	a, err := start(cfg, false)
 	if err != nil {
 		return err
 	}
-	if err := a.close(true, cfg.PinDir); err != nil {
+	if err := a.close(true, pinDir); err != nil {
 		return err
 	}
-	if _, err := os.Stat(cfg.PinDir); !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%s still there after the uninstall: %v", cfg.PinDir, err)
+	if _, err := os.Stat(pinDir); !errors.Is(err, os.ErrNotExist) {
+		ents, _ := os.ReadDir(pinDir)
+		return fmt.Errorf("%s still there after the uninstall (%v): %v", pinDir, err, ents)
 	}
-	log.Printf("removed every probe and the pins under %s", cfg.PinDir)
+	log.Printf("removed every probe and the pins under %s", pinDir)
+	return nil
+}
+
+// mountBPF mounts a BPF file system at dir unless one is there: a node
+// whose /sys/fs/bpf is no BPF file system (some distributions mount none)
+// gets one, which the init container's Bidirectional mount propagation
+// hands to the node and the agent.
+func mountBPF(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("-mount-bpffs %s: %w", dir, err)
+	}
+	if st.Type == unix.BPF_FS_MAGIC {
+		log.Printf("%s is a BPF file system already", dir)
+		return nil
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("-mount-bpffs: mount -t bpf bpf %s: %w", dir, err)
+	}
+	log.Printf("mounted a BPF file system on %s", dir)
 	return nil
 }

@@ -80,5 +80,11 @@ func (a *agent) handler() http.Handler {
 	reg.MustRegister(newCollector(a))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
+	// The probes the DaemonSet's kubelet asks: alive while it serves,
+	// and ready too, since it serves only once its watch has started
+	// (what ran at the start attached, the pins taken back).
+	ok := func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) }
+	mux.HandleFunc("/healthz", ok)
+	mux.HandleFunc("/readyz", ok)
 	return mux
 }
