@@ -39,6 +39,7 @@ type agent struct {
 	w       *watch.Watch
 	probes  map[string]string // probe spec (as Probe.String gives it) -> config name
 	verbose bool
+	cgroups cgroups // names the cgroups the program counts by
 
 	mu  sync.Mutex
 	fns []function       // by number
@@ -71,7 +72,7 @@ func start(cfg *config, verbose bool) (_ *agent, err error) {
 	if err := multiprobe.PrepareSpec(spec, nil); err != nil {
 		return nil, err
 	}
-	for _, m := range []string{"counts", "hists", "fn_names"} {
+	for _, m := range []string{"counts", "hists", "fn_names", "cgroup_counts", "other_counts", "overflow"} {
 		spec.Maps[m].Pinning = ebpf.PinByName
 	}
 	if err := pinDir(cfg.PinDir); err != nil {
@@ -210,7 +211,7 @@ func (a *agent) close(unpin bool, pinDir string) error {
 	}
 	errs = append(errs, a.w.Close())
 	if unpin {
-		for _, m := range []*ebpf.Map{a.objs.Counts, a.objs.Hists, a.objs.FnNames} {
+		for _, m := range []*ebpf.Map{a.objs.Counts, a.objs.Hists, a.objs.FnNames, a.objs.CgroupCounts, a.objs.OtherCounts, a.objs.Overflow} {
 			errs = append(errs, m.Unpin())
 		}
 		os.Remove(filepath.Join(pinDir, "links"))

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type agentCgroupFn struct {
+	_      structs.HostLayout
+	Cgroup uint64
+	Fn     uint32
+	Pad    uint32
+}
+
 type agentFnName struct {
 	_    structs.HostLayout
 	Name [256]int8
@@ -42,9 +49,12 @@ type agentStartKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	agentMapCgroupCounts  = "cgroup_counts"
 	agentMapCounts        = "counts"
 	agentMapFnNames       = "fn_names"
 	agentMapHists         = "hists"
+	agentMapOtherCounts   = "other_counts"
+	agentMapOverflow      = "overflow"
 	agentMapSites         = "sites"
 	agentMapStarts        = "starts"
 	agentProgAgentProbe   = "agent_probe"
@@ -101,11 +111,14 @@ type agentProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type agentMapSpecs struct {
-	Counts  *ebpf.MapSpec `ebpf:"counts"`
-	FnNames *ebpf.MapSpec `ebpf:"fn_names"`
-	Hists   *ebpf.MapSpec `ebpf:"hists"`
-	Sites   *ebpf.MapSpec `ebpf:"sites"`
-	Starts  *ebpf.MapSpec `ebpf:"starts"`
+	CgroupCounts *ebpf.MapSpec `ebpf:"cgroup_counts"`
+	Counts       *ebpf.MapSpec `ebpf:"counts"`
+	FnNames      *ebpf.MapSpec `ebpf:"fn_names"`
+	Hists        *ebpf.MapSpec `ebpf:"hists"`
+	OtherCounts  *ebpf.MapSpec `ebpf:"other_counts"`
+	Overflow     *ebpf.MapSpec `ebpf:"overflow"`
+	Sites        *ebpf.MapSpec `ebpf:"sites"`
+	Starts       *ebpf.MapSpec `ebpf:"starts"`
 }
 
 // agentVariableSpecs contains global variables before they are loaded into the kernel.
@@ -136,18 +149,24 @@ func (o *agentObjects) Close() error {
 //
 // It can be passed to loadAgentObjects or ebpf.CollectionSpec.LoadAndAssign.
 type agentMaps struct {
-	Counts  *ebpf.Map `ebpf:"counts"`
-	FnNames *ebpf.Map `ebpf:"fn_names"`
-	Hists   *ebpf.Map `ebpf:"hists"`
-	Sites   *ebpf.Map `ebpf:"sites"`
-	Starts  *ebpf.Map `ebpf:"starts"`
+	CgroupCounts *ebpf.Map `ebpf:"cgroup_counts"`
+	Counts       *ebpf.Map `ebpf:"counts"`
+	FnNames      *ebpf.Map `ebpf:"fn_names"`
+	Hists        *ebpf.Map `ebpf:"hists"`
+	OtherCounts  *ebpf.Map `ebpf:"other_counts"`
+	Overflow     *ebpf.Map `ebpf:"overflow"`
+	Sites        *ebpf.Map `ebpf:"sites"`
+	Starts       *ebpf.Map `ebpf:"starts"`
 }
 
 func (m *agentMaps) Close() error {
 	return _AgentClose(
+		m.CgroupCounts,
 		m.Counts,
 		m.FnNames,
 		m.Hists,
+		m.OtherCounts,
+		m.Overflow,
 		m.Sites,
 		m.Starts,
 	)

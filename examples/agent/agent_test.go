@@ -736,3 +736,119 @@ func TestMountBPFFS(t *testing.T) {
 		t.Error("two BPF file systems were mounted, one on the other")
 	}
 }
+
+// TestContainerOf: the container id and pod uid in the cgroup paths the
+// runtimes write.
+func TestContainerOf(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	const uid = "8e3f4b6c-1d2a-4c5b-9e8f-7a6b5c4d3e2f"
+	under := strings.ReplaceAll(uid, "-", "_")
+	for _, tc := range []struct {
+		path string
+		want container
+	}{
+		{"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + under + ".slice/cri-containerd-" + id + ".scope", container{id, uid}},
+		{"kubepods.slice/kubepods-pod" + under + ".slice/crio-" + id + ".scope", container{id, uid}},
+		{"kubepods/burstable/pod" + uid + "/" + id, container{id, uid}},
+		{"machine.slice/libpod-" + id + ".scope/container", container{id: id}},
+		{"machine.slice/libpod-payload-" + id, container{id: id}},
+		{"system.slice/docker-" + id + ".scope", container{id: id}},
+		{"system.slice/ssh.service", container{}},
+		{"user.slice/user-1000.slice/session-3.scope", container{}},
+		{"", container{}},
+	} {
+		if got := containerOf(tc.path); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.path, got, tc.want)
+		}
+	}
+}
+
+// TestAgentContainers: calls counted by container, from the cgroups the
+// workload runs in (a containerd container of a pod, a podman one, and
+// the node's own), exact against what each made; the node's total is
+// their sum; a cgroup removed (its container gone) leaves the output and
+// the total does not change.
+func TestAgentContainers(t *testing.T) {
+	need(t, os.Geteuid() == 0, "the agent needs root")
+	var st syscall.Statfs_t
+	need(t, syscall.Statfs(cgroupRoot, &st) == nil && st.Type == cgroup2Magic, "a cgroup v2 hierarchy at "+cgroupRoot)
+	const id1 = "1111111111111111111111111111111111111111111111111111111111111111"
+	const id2 = "2222222222222222222222222222222222222222222222222222222222222222"
+	const uid = "8e3f4b6c-1d2a-4c5b-9e8f-7a6b5c4d3e2f"
+	top := filepath.Join(cgroupRoot, fmt.Sprintf("multiprobe-agent-test-%d.slice", os.Getpid()))
+	c1 := filepath.Join(top, "kubepods-burstable-pod"+strings.ReplaceAll(uid, "-", "_")+".slice", "cri-containerd-"+id1+".scope")
+	c2 := filepath.Join(top, "libpod-"+id2+".scope")
+	for _, d := range []string{c1, c2} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, d := range []string{c1, filepath.Dir(c1), c2, top} {
+			os.Remove(d)
+		}
+	})
+	dir := t.TempDir()
+	workload, lib := buildWorkload(t, dir)
+	bpffs := filepath.Join(dir, "bpffs")
+	if err := os.Mkdir(bpffs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
+		t.Fatalf("mounting a BPF file system: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
+	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: filepath.Join(bpffs, "agent"), Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	agent, addr := startAgent(t, path, "-unpin")
+	defer stopAgent(t, agent)
+
+	runIn := func(cgroup string, n int) {
+		t.Helper()
+		script := `exec "$1" "$2" 100`
+		if cgroup != "" {
+			script = `echo $$ > "$3/cgroup.procs" && ` + script
+		}
+		if out, err := exec.Command("sh", "-c", script, "sh", workload, fmt.Sprint(n), cgroup).CombinedOutput(); err != nil {
+			t.Fatalf("the workload in %q: %v\n%s", cgroup, err, out)
+		}
+	}
+	runIn(c1, 30)
+	runIn(c2, 20)
+	runIn("", 10)
+	byContainer := func() map[container]uint64 {
+		t.Helper()
+		out := map[container]uint64{}
+		for _, m := range checkedScrape(t, addr)["multiprobe_container_calls_total"].GetMetric() {
+			if label(m, "function") == "work" {
+				out[container{label(m, "container"), label(m, "pod")}] = uint64(m.GetCounter().GetValue())
+			}
+		}
+		return out
+	}
+	want := map[container]uint64{{id1, uid}: 30, {id: id2}: 20, {}: 10}
+	if got := byContainer(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("calls by container: %v, want %v", got, want)
+	}
+	if w := workMetrics(t, scrape(t, addr)); w.calls != 60 {
+		t.Errorf("the node's calls: %d, want 60", w.calls)
+	}
+
+	// The podman container is gone: its cgroup removed.
+	if err := os.Remove(c2); err != nil {
+		t.Fatal(err)
+	}
+	delete(want, container{id: id2})
+	if got := byContainer(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("calls by container after one is gone: %v, want %v", got, want)
+	}
+	if w := workMetrics(t, scrape(t, addr)); w.calls != 60 {
+		t.Errorf("the node's calls after a container is gone: %d, want 60", w.calls)
+	}
+}

@@ -58,6 +58,12 @@ type config struct {
 	// PinDir is the directory on a BPF file system where the counts
 	// are pinned (default /sys/fs/bpf/multiprobe-agent).
 	PinDir string `json:"pin_dir"`
+	// CgroupRoot, if not "", is where the node's cgroup v2 hierarchy is
+	// mounted (or its unified/), whose directories name the containers
+	// calls are counted by (default /sys/fs/cgroup). It must be the
+	// node's: a cgroup the agent does not find there counts as gone, and
+	// its calls leave the counts by container (not the node's total).
+	CgroupRoot string `json:"cgroup_root,omitempty"`
 	// Probes are what to count and time.
 	Probes []probeConfig `json:"probes"`
 }
@@ -172,6 +178,9 @@ func run(path string, verbose, unpin bool) error {
 	}
 	defer ln.Close()
 	cfg.warnAbsent()
+	if cfg.CgroupRoot != "" {
+		cgroupRoot = findCgroupRoot(cfg.CgroupRoot)
+	}
 	a, err := start(cfg, verbose)
 	if err != nil {
 		return err

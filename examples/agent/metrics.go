@@ -18,6 +18,8 @@ type collector struct {
 	a                 *agent
 	calls, dur, files *prometheus.Desc
 	users             *prometheus.Desc
+	byContainer       *prometheus.Desc
+	overflow          *prometheus.Desc
 }
 
 func newCollector(a *agent) *collector {
@@ -32,6 +34,9 @@ func newCollector(a *agent) *collector {
 		// host's path, another file. file (device:inode, as
 		// /proc/PID/maps writes it) tells them apart.
 		users: prometheus.NewDesc("multiprobe_file_users", "Processes that map an attached file, by path and by the file the kernel maps (device:inode).", []string{"path", "file"}, nil),
+		byContainer: prometheus.NewDesc("multiprobe_container_calls_total", "Calls to a probed function by container (\"\" for the node's own processes, \"other\" past the agent's limit of container and function pairs), with the container's pod.",
+			[]string{"probe", "function", "container", "pod"}, nil),
+		overflow: prometheus.NewDesc("multiprobe_container_overflow_calls_total", "Calls counted as container \"other\": the agent's table of container and function pairs was full.", nil, nil),
 	}
 }
 
@@ -40,6 +45,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.dur
 	ch <- c.files
 	ch <- c.users
+	ch <- c.byContainer
+	ch <- c.overflow
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -63,6 +70,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstHistogram(c.dur, count, float64(h.SumNs)/1e9, buckets, f.probe, f.name)
 	}
+	c.collectContainers(ch)
 	files := c.a.w.Files()
 	ch <- prometheus.MustNewConstMetric(c.files, prometheus.GaugeValue, float64(len(files)))
 	for _, f := range files {
@@ -87,4 +95,62 @@ func (a *agent) handler() http.Handler {
 	mux.HandleFunc("/healthz", ok)
 	mux.HandleFunc("/readyz", ok)
 	return mux
+}
+
+// collectContainers sends the calls by container, added up over the
+// cgroups of one container (and over the node's own cgroups, container
+// ""). The pairs of cgroups gone are deleted from the map, which keeps it
+// to the containers that run: their calls stay in multiprobe_calls_total.
+func (c *collector) collectContainers(ch chan<- prometheus.Metric) {
+	fns := c.a.functions()
+	type pair struct {
+		k agentCgroupFn
+		n uint64
+	}
+	var pairs []pair
+	var ids []uint64
+	seen := map[uint64]bool{}
+	var k agentCgroupFn
+	var n uint64
+	it := c.a.objs.CgroupCounts.Iterate()
+	for it.Next(&k, &n) {
+		pairs = append(pairs, pair{k, n})
+		if !seen[k.Cgroup] {
+			seen[k.Cgroup] = true
+			ids = append(ids, k.Cgroup)
+		}
+	}
+	found, gone := c.a.cgroups.lookup(ids)
+	isGone := map[uint64]bool{}
+	for _, id := range gone {
+		isGone[id] = true
+	}
+	type series struct {
+		fn uint32
+		c  container
+	}
+	sum := map[series]uint64{}
+	for _, p := range pairs {
+		if isGone[p.k.Cgroup] {
+			c.a.objs.CgroupCounts.Delete(&p.k)
+			continue
+		}
+		sum[series{p.k.Fn, found[p.k.Cgroup]}] += p.n
+	}
+	for i := range fns {
+		var other uint64
+		if c.a.objs.OtherCounts.Lookup(uint32(i), &other) == nil && other > 0 {
+			sum[series{uint32(i), container{id: "other"}}] += other
+		}
+	}
+	for s, n := range sum {
+		if int(s.fn) >= len(fns) || fns[s.fn].probe == "" {
+			continue
+		}
+		f := fns[s.fn]
+		ch <- prometheus.MustNewConstMetric(c.byContainer, prometheus.CounterValue, float64(n), f.probe, f.name, s.c.id, s.c.pod)
+	}
+	var over uint64
+	c.a.objs.Overflow.Lookup(uint32(0), &over)
+	ch <- prometheus.MustNewConstMetric(c.overflow, prometheus.CounterValue, float64(over))
 }

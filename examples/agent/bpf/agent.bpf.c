@@ -8,8 +8,8 @@
 // probe's function in every build of a library is one), so that the
 // metrics add up over every copy on the node.
 //
-// counts and hists are pinned by the agent: a restarted agent counts on
-// where the last one stopped.
+// counts, hists and the counts by cgroup are pinned by the agent: a
+// restarted agent counts on where the last one stopped.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -66,6 +66,66 @@ struct {
 	__type(value, struct fn_name);
 } fn_names SEC(".maps");
 
+// Calls by cgroup (a container's, on a node that runs containers) and
+// function, beside the node's counts: at most MAX_CGROUP_FNS pairs; a call
+// of a pair that finds the map full counts in other_counts[fn] instead,
+// and in overflow[0], so the total stays exact and the loss of detail is
+// seen.
+#define MAX_CGROUP_FNS 16384
+
+struct cgroup_fn {
+	__u64 cgroup; // bpf_get_current_cgroup_id: the cgroup v2 directory's inode
+	__u32 fn;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CGROUP_FNS);
+	__type(key, struct cgroup_fn);
+	__type(value, __u64);
+} cgroup_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_FUNCS);
+	__type(key, __u32);
+	__type(value, __u64);
+} other_counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} overflow SEC(".maps");
+
+static __always_inline void count_cgroup(__u32 fn)
+{
+	struct cgroup_fn k = { .cgroup = bpf_get_current_cgroup_id(), .fn = fn };
+	__u64 *n = bpf_map_lookup_elem(&cgroup_counts, &k);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	__u64 one = 1;
+	if (bpf_map_update_elem(&cgroup_counts, &k, &one, BPF_NOEXIST) == 0)
+		return;
+	// Another CPU's call put the pair in first, or the map is full.
+	n = bpf_map_lookup_elem(&cgroup_counts, &k);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return;
+	}
+	n = bpf_map_lookup_elem(&other_counts, &fn);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	__u32 zero = 0;
+	n = bpf_map_lookup_elem(&overflow, &zero);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+}
+
 struct start_key {
 	__u64 tgid_pid;
 	__u64 sp;
@@ -102,6 +162,7 @@ int agent_probe(void *ctx)
 		__u64 *n = bpf_map_lookup_elem(&counts, &fn);
 		if (n)
 			__sync_fetch_and_add(n, 1);
+		count_cgroup(fn);
 		bpf_map_update_elem(&starts, &k, &now, BPF_ANY);
 		return 0;
 	}
