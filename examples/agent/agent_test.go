@@ -487,22 +487,7 @@ func TestAgentSamePath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	bpffs := filepath.Join(dir, "bpffs")
-	if err := os.Mkdir(bpffs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		t.Fatalf("mounting a BPF file system: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
-	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: filepath.Join(bpffs, "agent"), Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(path, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := workConfig(t, dir, lib)
 	agent, addr := startAgent(t, path, "-unpin")
 	defer stopAgent(t, agent)
 
@@ -790,22 +775,7 @@ func TestAgentContainers(t *testing.T) {
 	})
 	dir := t.TempDir()
 	workload, lib := buildWorkload(t, dir)
-	bpffs := filepath.Join(dir, "bpffs")
-	if err := os.Mkdir(bpffs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		t.Fatalf("mounting a BPF file system: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
-	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: filepath.Join(bpffs, "agent"), Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(path, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := workConfig(t, dir, lib)
 	agent, addr := startAgent(t, path, "-unpin")
 	defer stopAgent(t, agent)
 
@@ -851,4 +821,28 @@ func TestAgentContainers(t *testing.T) {
 	if w := workMetrics(t, scrape(t, addr)); w.calls != 60 {
 		t.Errorf("the node's calls after a container is gone: %d, want 60", w.calls)
 	}
+}
+
+// workConfig writes, in dir, the config of an agent that times lib's work
+// and pins under a BPF file system of the test's own, and returns its
+// path.
+func workConfig(t *testing.T, dir, lib string) string {
+	t.Helper()
+	bpffs := filepath.Join(dir, "bpffs")
+	if err := os.Mkdir(bpffs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
+		t.Fatalf("mounting a BPF file system: %v", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
+	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: filepath.Join(bpffs, "agent"), Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
