@@ -208,25 +208,7 @@ func TestAgent(t *testing.T) {
 	need(t, os.Geteuid() == 0, "the agent needs root")
 	dir := t.TempDir()
 	workload, lib := buildWorkload(t, dir)
-	// A BPF file system of the test's own, where a node has one at
-	// /sys/fs/bpf.
-	bpffs := filepath.Join(dir, "bpffs")
-	if err := os.Mkdir(bpffs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		t.Fatalf("mounting a BPF file system: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
-	pin := filepath.Join(bpffs, "multiprobe-agent")
-	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: pin, Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(path, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path, pin := workConfig(t, dir, lib)
 	run := func(n int) {
 		t.Helper()
 		if out, err := exec.Command(workload, fmt.Sprint(n), "1000").CombinedOutput(); err != nil {
@@ -364,14 +346,7 @@ func TestConfigCheck(t *testing.T) {
 func TestAgentFailsFast(t *testing.T) {
 	need(t, os.Geteuid() == 0, "the agent needs root")
 	dir := t.TempDir()
-	bpffs := filepath.Join(dir, "bpffs")
-	if err := os.Mkdir(bpffs, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("bpf", bpffs, "bpf", 0, ""); err != nil {
-		t.Fatalf("mounting a BPF file system: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
+	bpffs := testBPFFS(t, dir)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -487,7 +462,7 @@ func TestAgentSamePath(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	path := workConfig(t, dir, lib)
+	path, _ := workConfig(t, dir, lib)
 	agent, addr := startAgent(t, path, "-unpin")
 	defer stopAgent(t, agent)
 
@@ -775,7 +750,7 @@ func TestAgentContainers(t *testing.T) {
 	})
 	dir := t.TempDir()
 	workload, lib := buildWorkload(t, dir)
-	path := workConfig(t, dir, lib)
+	path, _ := workConfig(t, dir, lib)
 	agent, addr := startAgent(t, path, "-unpin")
 	defer stopAgent(t, agent)
 
@@ -825,8 +800,24 @@ func TestAgentContainers(t *testing.T) {
 
 // workConfig writes, in dir, the config of an agent that times lib's work
 // and pins under a BPF file system of the test's own, and returns its
-// path.
-func workConfig(t *testing.T, dir, lib string) string {
+// path and the pin_dir.
+func workConfig(t *testing.T, dir, lib string) (path, pin string) {
+	t.Helper()
+	pin = filepath.Join(testBPFFS(t, dir), "agent")
+	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: pin, Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(dir, "config.json")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, pin
+}
+
+// testBPFFS mounts a BPF file system of the test's own in dir, where a
+// node has one at /sys/fs/bpf, and returns where.
+func testBPFFS(t *testing.T, dir string) string {
 	t.Helper()
 	bpffs := filepath.Join(dir, "bpffs")
 	if err := os.Mkdir(bpffs, 0o700); err != nil {
@@ -836,13 +827,5 @@ func workConfig(t *testing.T, dir, lib string) string {
 		t.Fatalf("mounting a BPF file system: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
-	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: filepath.Join(bpffs, "agent"), Probes: []probeConfig{{Name: "work", Spec: "uprobe:" + lib + ":work"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(path, cfg, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return bpffs
 }
