@@ -208,6 +208,9 @@ func (f *Filter) adjust(pid int, delta int) error {
 		if err := f.all.Update(uint32(0), uint32(next), ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("pidfilter: setting %v: %w", f.all, err)
 		}
+		if next == 0 && n > 0 {
+			return f.purge()
+		}
 		return nil
 	}
 	mark, err := f.mark(pid)
@@ -218,6 +221,18 @@ func (f *Filter) adjust(pid int, delta int) error {
 	case next < 0:
 		return fmt.Errorf("pidfilter: releasing pid %d from %v: %w", pid, f.m, ErrNotHeld)
 	case next == 0 && mark == 0:
+		all, err := f.count(AllPIDs)
+		if err != nil {
+			return err
+		}
+		if all > 0 {
+			// Every process is let through: the pid stays, held by
+			// nobody, until that ends (see purge).
+			if err := f.m.Update(key, uint32(0), ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("pidfilter: releasing pid %d in %v: %w", pid, f.m, err)
+			}
+			return nil
+		}
 		if err := f.m.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("pidfilter: removing pid %d from %v: %w", pid, f.m, err)
 		}
@@ -228,6 +243,45 @@ func (f *Filter) adjust(pid int, delta int) error {
 		// its exit once no holder holds it.
 		if err := f.m.Update(key, uint32(next)|mark, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("pidfilter: adding pid %d to %v (capacity %d): %w", pid, f.m, f.m.MaxEntries(), err)
+		}
+	}
+	return nil
+}
+
+// purge removes the pids that nobody holds, kept while every process was
+// let through, once that has ended.
+//
+// They were kept because the filter reads two maps, the every-process
+// count and then the pid set, and a change writes them one after the
+// other. A change from a set to every process sets the count first, and
+// the other way the pids come first, so that a process let through before
+// and after is let through at every moment between. A run reads the
+// count (0) and then looks the pid up, and between those two reads the
+// set may change twice: to every process and back, after which the pid is
+// held again. Had the first change removed the pid, the look-up could
+// miss it in between and drop a call of a process let through all along
+// (1 of 20,004 calls in the 6.12 guest, switching in a loop, when the
+// filter read the count again after a miss instead). Kept, the pid is in
+// the set from its acquire to the first moment it is let through by
+// nothing, so a run that read the count as 0 while the pid was held finds
+// it.
+func (f *Filter) purge() error {
+	var (
+		key, val uint32
+		stale    []uint32
+	)
+	it := f.m.Iterate()
+	for it.Next(&key, &val) {
+		if val == 0 {
+			stale = append(stale, key)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("pidfilter: reading %v: %w", f.m, err)
+	}
+	for _, k := range stale {
+		if err := f.m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("pidfilter: removing pid %d from %v: %w", k, f.m, err)
 		}
 	}
 	return nil
@@ -290,7 +344,9 @@ func (f *Filter) PIDs() ([]int, error) {
 	)
 	it := f.m.Iterate()
 	for it.Next(&key, &val) {
-		out = append(out, int(key))
+		if val != 0 { // 0: held by nobody, kept while every process is let through (see purge)
+			out = append(out, int(key))
+		}
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("pidfilter: reading %v: %w", f.m, err)

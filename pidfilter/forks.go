@@ -103,9 +103,9 @@ func taskPIDOffset() (int32, error) {
 }
 
 // forkInsns is the sched_process_fork program: if the current process
-// (the parent) is in the set, its child joins it, marked descendant. The
-// raw tracepoint's arguments are the parent's and the child's
-// task_struct.
+// (the parent) is in the set, held or a descendant, its child joins it,
+// marked descendant. The raw tracepoint's arguments are the parent's and
+// the child's task_struct.
 func forkInsns(pids *ebpf.Map, pidOff int32) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1), // the arguments
@@ -117,6 +117,10 @@ func forkInsns(pids *ebpf.Map, pidOff int32) asm.Instructions {
 		asm.Add.Imm(asm.R2, -4),
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, "out"),
+		// A parent held by nobody, kept only while every process is
+		// let through (see Filter.purge), makes no member.
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		asm.JEq.Imm(asm.R1, 0, "out"),
 		// The child's pid: args[1]->pid.
 		asm.LoadMem(asm.R3, asm.R6, 8, asm.DWord),
 		asm.Add.Imm(asm.R3, pidOff),

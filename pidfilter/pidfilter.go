@@ -69,16 +69,10 @@ const stackSlot = -4
 // own code starts with only r1 and r10 defined, so using r6 here takes
 // nothing from it.
 //
-// A process not in the set reads the every-process count again before
-// its call is dropped. A change between every process and a set writes
-// the two maps one after the other (to every process: the count, then the
-// pids leave), and a run that read the count just before the first write
-// and looks the pid up just after the second would drop a call of a
-// process let through before the change and after it (2 of 48,000 calls
-// were, switching in a loop). Read again after the miss, the count is the
-// new one; the other way (the pids first, then the count) a run that
-// reads the new count finds the pids. The second read costs only the
-// processes that are not let through, an inlined array read.
+// The filter reads the every-process count and then looks the pid up:
+// two reads, between which the set may change. Filter keeps a pid that
+// its holders release while every process is let through until that ends
+// (see Filter.purge), so that a process let through all along is found.
 func filter() asm.Instructions {
 	const (
 		program = prologue.Label("program") // past the filter: r1 = r6, the program
@@ -87,7 +81,8 @@ func filter() asm.Instructions {
 	j := func(ins asm.Instruction, to prologue.Label) prologue.Jump {
 		return prologue.Jump{Instruction: ins, To: to}
 	}
-	readAll := []any{
+	return prologue.Resolve(
+		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.StoreImm(asm.RFP, stackSlot, 0, asm.Word),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, stackSlot),
@@ -96,10 +91,6 @@ func filter() asm.Instructions {
 		j(asm.JEq.Imm(asm.R0, 0, ""), drop),
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
 		j(asm.JNE.Imm(asm.R1, 0, ""), program),
-	}
-	items := []any{asm.Mov.Reg(asm.R6, asm.R1)}
-	items = append(items, readAll...)
-	items = append(items,
 		asm.FnGetCurrentPidTgid.Call(),
 		asm.RSh.Imm(asm.R0, 32), // the tgid: what user space calls the pid
 		asm.StoreMem(asm.RFP, stackSlot, asm.R0, asm.Word),
@@ -108,14 +99,10 @@ func filter() asm.Instructions {
 		asm.LoadMapPtr(asm.R1, 0).WithReference(MapName),
 		asm.FnMapLookupElem.Call(),
 		j(asm.JNE.Imm(asm.R0, 0, ""), program),
-	)
-	items = append(items, readAll...)
-	items = append(items,
 		drop,
 		asm.Mov.Imm(asm.R0, 0),
 		asm.Return(),
 	)
-	return prologue.Resolve(items...)
 }
 
 // Inject prepends a pid filter to the named programs of cs, or to every
