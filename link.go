@@ -42,7 +42,10 @@ type Link struct {
 	// kernelPID is the pid the kernel filters by (Options.PID alone where
 	// it can), 0 for none.
 	kernelPID int
-	clones    []*ebpf.Program // the copies of the program the link loaded
+	// progTag is the kernel's tag of the program given to Attach or
+	// UpdateProgram (see Runs).
+	progTag string
+	clones  []*ebpf.Program // the copies of the program the link loaded
 	// cloneGens are the copies' generations (see Update), 0 for a Link
 	// without the generation check.
 	cloneGens []uint32
@@ -131,6 +134,9 @@ func (pl *Plan) Attach(prog *ebpf.Program) (_ *Link, err error) {
 			err = errors.Join(err, l.Close())
 		}
 	}()
+	if l.progTag, err = programTag(prog); err != nil {
+		return nil, err
+	}
 	maps, err := programMaps(prog, pl.needsMaps())
 	if err != nil {
 		return nil, err
@@ -383,6 +389,36 @@ func (l *Link) programs() []*ebpf.Program {
 		return slices.Clone(l.clones)
 	}
 	return []*ebpf.Program{l.prog}
+}
+
+// Runs reports whether the link's sites run prog's code: the program
+// given to Attach or UpdateProgram, or the copies the link made of it,
+// which the kernel tells apart from another program by its tag (a hash of
+// the instructions, map references aside). So an agent that takes a link
+// back from its pins (LoadPinnedLink) can tell whether it runs the
+// program the agent loaded now, or an older version's (then
+// UpdateProgram). For a Link pinned by a multiprobe that did not record
+// the tag in its manifest, Runs is false.
+func (l *Link) Runs(prog *ebpf.Program) bool {
+	tag, err := programTag(prog)
+	if err != nil {
+		return false
+	}
+	l.state.RLock()
+	defer l.state.RUnlock()
+	return l.progTag != "" && tag == l.progTag
+}
+
+// programTag is prog's tag, as the kernel computes it.
+func programTag(prog *ebpf.Program) (string, error) {
+	if prog == nil {
+		return "", fmt.Errorf("multiprobe: nil program: %w", attach.ErrWrongProgram)
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return "", fmt.Errorf("multiprobe: reading program %v's tag: %w", prog, err)
+	}
+	return info.Tag, nil
 }
 
 // Clones returns how many copies of the program the link loaded and holds:

@@ -82,14 +82,17 @@ type manifest struct {
 	// Programs are the attached programs, copies of the user's if
 	// Clones. Gen is the current generation, Updatable whether the Link
 	// has the generation check (pinned as pinGenState, pinGenSlots).
-	Programs  []pinnedProg `json:"programs"`
-	Clones    bool         `json:"clones,omitempty"`
-	Gen       uint32       `json:"gen,omitempty"`
-	Updatable bool         `json:"updatable,omitempty"`
-	Filter    bool         `json:"filter,omitempty"`
-	USDTIDs   []uint32     `json:"usdt_ids,omitempty"`
-	Files     []fileID     `json:"files"`
-	Units     []pinnedUnit `json:"units"`
+	Programs []pinnedProg `json:"programs"`
+	// ProgramTag is the tag of the program given to Attach or
+	// UpdateProgram, of which Programs are copies if Clones (Link.Runs).
+	ProgramTag string       `json:"program_tag,omitempty"`
+	Clones     bool         `json:"clones,omitempty"`
+	Gen        uint32       `json:"gen,omitempty"`
+	Updatable  bool         `json:"updatable,omitempty"`
+	Filter     bool         `json:"filter,omitempty"`
+	USDTIDs    []uint32     `json:"usdt_ids,omitempty"`
+	Files      []fileID     `json:"files"`
+	Units      []pinnedUnit `json:"units"`
 	// Probes and Sites are a JSON document of their own (siteColumns),
 	// the bulk of the manifest, which LoadPinnedLink decodes while it
 	// takes the kernel's objects back.
@@ -381,14 +384,15 @@ func (l *Link) unpin() error {
 // buildManifest describes l for LoadPinnedLink.
 func (l *Link) buildManifest() *manifest {
 	m := &manifest{
-		Version:   pinVersion,
-		Features:  l.features,
-		KernelPID: l.kernelPID,
-		Programs:  l.programPins(),
-		Clones:    len(l.clones) > 0,
-		Filter:    l.filter != nil,
-		Gen:       l.gen,
-		Updatable: l.genState != nil,
+		Version:    pinVersion,
+		Features:   l.features,
+		KernelPID:  l.kernelPID,
+		Programs:   l.programPins(),
+		ProgramTag: l.progTag,
+		Clones:     len(l.clones) > 0,
+		Filter:     l.filter != nil,
+		Gen:        l.gen,
+		Updatable:  l.genState != nil,
 	}
 	if l.specIDs != nil {
 		m.USDTIDs = l.specIDs.IDs()
@@ -702,7 +706,7 @@ func LoadPinnedLink(dir string) (_ *Link, err error) {
 	// The sites decode while the kernel's objects are taken back.
 	sitesErr := make(chan error, 1)
 	go func() { sitesErr <- sites() }()
-	l := &Link{path: m.Features.Path(), features: m.Features, kernelPID: m.KernelPID, pinDir: dir, manifest: m}
+	l := &Link{path: m.Features.Path(), features: m.Features, kernelPID: m.KernelPID, pinDir: dir, manifest: m, progTag: m.ProgramTag}
 	defer func() {
 		if err != nil {
 			err = errors.Join(fmt.Errorf("multiprobe: taking back the link pinned in %s: %w", dir, err), l.Close())

@@ -44,7 +44,29 @@ var ErrNotUpdatable = errors.New("link has no generation check (resolve with Opt
 //
 // A pinned Link stays pinned: the new links and copies are pinned, the
 // manifest is replaced, and the pins of what was detached are removed.
-func (l *Link) Update(pl *Plan) (err error) {
+func (l *Link) Update(pl *Plan) error {
+	return l.update(pl, nil)
+}
+
+// UpdateProgram is Update to prog, a new version of the link's program
+// (an upgraded agent's): from the switch on, every site of pl runs a copy
+// of prog, the old sites' program runs no more, and across the switch
+// every call to a site in both sets is counted once, by one program or
+// the other (the two versions' copies share the link's generation check).
+// No old link is kept, since the old ones run the old code. pl must be
+// prepared for prog's spec, and prog's maps are what the new copies use:
+// pin the maps the two versions share (cilium/ebpf's MapOptions.PinPath),
+// such as their counters, so that prog was loaded with the old version's.
+// Afterwards Runs(prog) is true.
+func (l *Link) UpdateProgram(pl *Plan, prog *ebpf.Program) error {
+	if prog == nil || prog.FD() < 0 {
+		return fmt.Errorf("multiprobe: UpdateProgram: no program: %w", attach.ErrWrongProgram)
+	}
+	return l.update(pl, prog)
+}
+
+// update is Update, to program next if not nil.
+func (l *Link) update(pl *Plan, next *ebpf.Program) (err error) {
 	l.state.Lock()
 	defer l.state.Unlock()
 	switch {
@@ -67,6 +89,13 @@ func (l *Link) Update(pl *Plan) (err error) {
 	prog := l.prog
 	if prog == nil && len(l.clones) > 0 {
 		prog = l.clones[len(l.clones)-1] // taken back: a copy has the same maps
+	}
+	nextTag := l.progTag
+	if next != nil {
+		prog = next
+		if nextTag, err = programTag(next); err != nil {
+			return err
+		}
 	}
 	maps, err := programMaps(prog, true)
 	if err != nil {
@@ -102,7 +131,7 @@ func (l *Link) Update(pl *Plan) (err error) {
 		ids := pl.fileIDs(targets)
 		var fresh []target.Target
 		for i, t := range targets {
-			if !l.keepTarget(kind, t, ids[i], keep) {
+			if next != nil || !l.keepTarget(kind, t, ids[i], keep) {
 				fresh = append(fresh, t)
 			}
 		}
@@ -122,6 +151,15 @@ func (l *Link) Update(pl *Plan) (err error) {
 	}
 	// From here the new set is the Link's, whatever fails.
 	switched = true
+	if next != nil {
+		// The user's, as Attach's: the link does not own it (a program
+		// taken back from a pin, which it did, its copies' units close).
+		if l.ownProg && l.prog != nil {
+			l.prog.Close()
+		}
+		l.prog, l.ownProg = next, false
+	}
+	l.progTag = nextTag
 	errs := []error{l.graceUprobes(added)}
 	errs = append(errs, l.retire(pl, gen, keep, added, specIDs)...)
 	if err := errors.Join(errs...); err != nil {

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
+	"github.com/multiprobe/multiprobe/internal/prologue"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -437,5 +439,166 @@ func TestUpdateLingeringLinks(t *testing.T) {
 		if !slices.Equal(after, counts) {
 			t.Errorf("after Close, with the links still held: counts %v, want %v as before", after, counts)
 		}
+	})
+}
+
+// secondVersion returns the counter's spec with count_entry changed as a
+// new version of an agent's program would be: it also counts its runs in
+// out_of_range (a map of its own in each collection), and otherwise
+// counts as before.
+func secondVersion(t *testing.T) *ebpf.CollectionSpec {
+	t.Helper()
+	spec, err := testprogs.CounterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prologue.Prepend(spec.Programs["count_entry"], asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("out_of_range"),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "v2_body"),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R6).WithSymbol("v2_body"),
+	})
+	return spec
+}
+
+// TestUpdateProgram: a Link running one version of a program is taken
+// back from its pins, as by an upgraded agent, and moved to a new version
+// of the program with UpdateProgram, one more function in the new set,
+// while a target calls the functions of both sets in a steady loop: every
+// call is counted once (the two versions count into one pinned map),
+// neither missed nor counted by both, and from the switch on only the
+// new version runs. Runs tells the versions apart, also after a restart.
+func TestUpdateProgram(t *testing.T) {
+	forEachPath(t, func(t *testing.T, f kernelprobe.Features) {
+		pinned := f.Path() != kernelprobe.PathPerfEvent || f.Cookies
+		const n = 20
+		steadyCalls := 20_000
+		if testutil.InGuest() {
+			steadyCalls = 2_000
+		}
+		target := testprogs.PrivateTarget(t, n)
+		dir := testutil.BPFFS(t)
+		resolve := func(spec *ebpf.CollectionSpec, specs ...string) *multiprobe.Plan {
+			pl, err := multiprobe.Resolve(mustParse(t, specs...), &multiprobe.Options{Features: &f, Updatable: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pl.Close() })
+			if err := pl.Prepare(spec); err != nil {
+				t.Fatal(err)
+			}
+			return pl
+		}
+		spec1, err := testprogs.CounterSpec()
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec2 := secondVersion(t)
+		plan1 := resolve(spec1, "uprobe:"+target+":func_0000?")
+		plan2 := resolve(spec2, "uprobe:"+target+":func_0000?,func_00010")
+		c1, err := testprogs.NewCounterSharing(spec1, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c1.Close()
+		c2, err := testprogs.NewCounterSharing(spec2, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		before := probetest.TakeSnapshot(t, c1.CountEntry, c2.CountEntry)
+
+		l, err := plan1.Attach(c1.CountEntry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Runs(c1.CountEntry) || l.Runs(c2.CountEntry) {
+			t.Errorf("attached with version 1: Runs(v1) = %v, Runs(v2) = %v; want true, false", l.Runs(c1.CountEntry), l.Runs(c2.CountEntry))
+		}
+		pin := dir + "/link"
+		if pinned {
+			// The agent restarts, upgraded: the link is taken back.
+			if err := l.Pin(pin); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			if l, err = multiprobe.LoadPinnedLink(pin); err != nil {
+				t.Fatal(err)
+			}
+			if !l.Runs(c1.CountEntry) || l.Runs(c2.CountEntry) {
+				t.Errorf("taken back: Runs(v1) = %v, Runs(v2) = %v; want true, false", l.Runs(c1.CountEntry), l.Runs(c2.CountEntry))
+			}
+		}
+		stopLoop := steadyLoop(t, target, steadyCalls)
+		time.Sleep(50 * time.Millisecond)
+		if err := l.UpdateProgram(plan2, c2.CountEntry); err != nil {
+			stopLoop()
+			t.Fatal(err)
+		}
+		runs := stopLoop()
+		if !l.Runs(c2.CountEntry) || l.Runs(c1.CountEntry) {
+			t.Errorf("after UpdateProgram: Runs(v1) = %v, Runs(v2) = %v; want false, true", l.Runs(c1.CountEntry), l.Runs(c2.CountEntry))
+		}
+		counts, err := testprogs.ReadArray(c1.Counts, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			if w := uint64(runs) * uint64(testprogs.ExpectedCalls(i, steadyCalls)); counts[i] != w {
+				t.Errorf("%s: %d calls counted across the switch of program, the target made %d", testprogs.FuncName(i), counts[i], w)
+			}
+		}
+		// From here only version 2 runs: one more run of the target is
+		// counted in full, and by it alone.
+		readRuns := func(c *testprogs.Counter) uint64 {
+			var v uint64
+			if err := c.OutOfRange.Lookup(uint32(0), &v); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		v1, v2 := readRuns(c1), readRuns(c2)
+		runTarget(t, target, 1, "0", "11")
+		var want uint64
+		for i := range 11 {
+			want += uint64(testprogs.ExpectedCalls(i, 1))
+		}
+		if got1, got2 := readRuns(c1)-v1, readRuns(c2)-v2; got1 != 0 || got2 != want {
+			t.Errorf("a run after the switch: version 1 ran %d times, version 2 %d; want 0 and %d", got1, got2, want)
+		}
+		after, err := testprogs.ReadArray(c1.Counts, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range l.Sites() {
+			i := funcIndex(t, s.Name)
+			if got := after[s.Cookie] - counts[s.Cookie]; got != uint64(testprogs.ExpectedCalls(i, 1)) {
+				t.Errorf("%s: %d calls after the switch, want %d", s.Name, got, testprogs.ExpectedCalls(i, 1))
+			}
+		}
+		t.Logf("%d runs of the steady loop (%d calls each) across the switch", runs, 10*steadyCalls)
+		if pinned {
+			back, err := multiprobe.LoadPinnedLink(pin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !back.Runs(c2.CountEntry) || len(back.Sites()) != 11 {
+				t.Errorf("taken back after UpdateProgram: Runs(v2) = %v, %d sites; want true, 11", back.Runs(c2.CountEntry), len(back.Sites()))
+			}
+			back.Close()
+			if err := l.Unpin(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		before.Check(t, "after Close")
 	})
 }
