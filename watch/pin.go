@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -66,6 +67,14 @@ func (w *Watch) restore() (stale []*attached, err error) {
 		if len(sites) > 0 {
 			path = sites[0].Path
 		}
+		if !w.configured(sites, path) {
+			// None of this Watch's probes targets its file or has its
+			// sites: not one to bring up to date when a process maps
+			// the file (see update.go), but one to remove.
+			err := errors.Join(l.Unpin(), l.Close())
+			w.report(Report{What: Detached, Path: path, Err: err})
+			continue
+		}
 		f := &tracked{key: k, path: path, users: map[int]bool{}}
 		w.tr.files[k] = f
 		// Root's, and in this root: taken back whoever mapped it.
@@ -85,6 +94,39 @@ func (w *Watch) restore() (stale []*attached, err error) {
 		w.report(Report{What: Restored, Path: path, Sites: sites})
 	}
 	return stale, nil
+}
+
+// configured reports whether a probe of this Watch targets the file at
+// path, which a link taken back from a pin was attached to (through the
+// root of a process, /proc/PID/root/..., where it was another's), or one
+// of its sites is of a probe of this Watch, by kind and patterns (its
+// target spelled otherwise).
+func (w *Watch) configured(sites []multiprobe.Site, path string) bool {
+	if w.match(path) || w.match(inRoot(path)) {
+		return true
+	}
+	keys := map[string]bool{}
+	for i := range w.probes {
+		keys[probeKey(&w.probes[i])] = true
+	}
+	return slices.ContainsFunc(sites, func(s multiprobe.Site) bool { return keys[probeKey(s.Probe)] })
+}
+
+// inRoot is path without a /proc/PID/root prefix: the path as the
+// process named it, in its own root.
+func inRoot(path string) string {
+	rest, ok := strings.CutPrefix(path, "/proc/")
+	if !ok {
+		return path
+	}
+	pid, rest, ok := strings.Cut(rest, "/")
+	if _, err := strconv.Atoi(pid); err != nil || !ok {
+		return path
+	}
+	if rest, ok = strings.CutPrefix(rest, "root/"); !ok {
+		return path
+	}
+	return "/" + rest
 }
 
 // pin pins a's link under Options.PinDir, if set.

@@ -53,7 +53,7 @@ type tracker struct {
 	appeared func(f *tracked, pid int)
 	// reached, if not nil, is told when a file tracked with no path yet
 	// (see Watch.restore) is first mapped by a process.
-	reached func(f *tracked)
+	reached func(f *tracked, pid int)
 	// again, if not nil, is told when a file tracked already gets another
 	// user (see Watch.again).
 	again func(f *tracked, pid int)
@@ -191,7 +191,7 @@ func (t *tracker) mappedIf(pid int, keep func(elfsym.Mapping) bool) {
 		if f.hostPath == "" && t.reached != nil {
 			// Tracked before any process mapped it (a pin taken back).
 			f.path, f.hostPath, f.hostDev, f.hostIno = m.Path, m.HostPath, m.HostDev, m.HostIno
-			t.reached(f)
+			t.reached(f, pid)
 		}
 	}
 }

@@ -31,9 +31,13 @@ type Options struct {
 	// New takes back the links pinned there by an earlier Watch, a
 	// process that ran before this one, and Close leaves them pinned: an
 	// agent that restarts, or is upgraded, misses no call in between.
-	// The links taken back run the program they were attached with, with
-	// its maps: pin the maps a new program must share (cilium/ebpf's
-	// MapOptions.PinPath). Unpin, then Close, detaches everything.
+	// A link taken back runs the sites and program it was attached with
+	// until a process maps its file, when it is brought to this Watch's
+	// probes and program if they differ (see Updated); one that none of
+	// this Watch's probes targets is detached at New. Pin the maps the
+	// programs of two versions share (cilium/ebpf's MapOptions.PinPath),
+	// and give both Watches Plan.Updatable, so that no call is counted
+	// twice. Unpin, then Close, detaches everything.
 	PinDir string
 	// MaxFiles bounds the files the watch holds attached, or is
 	// attaching, at once (default 10,000), and MaxFDs the file
@@ -44,6 +48,15 @@ type Options struct {
 	// always fit. A file past a budget is Skipped with an error
 	// wrapping ErrBudget and tried again later, as any skipped file.
 	MaxFiles, MaxFDs int
+	// Resolved, if not nil, is told each file's sites, with their
+	// cookies, after they are resolved and before they are attached: a
+	// Report that says Attached or Updated, as the one that follows it
+	// will, but for LeftOut, which says only what Resolve left out. It
+	// is called from the workers that attach files, possibly at once,
+	// and the attach waits for it: a program that looks its sites up by
+	// cookie, in a map the caller fills from here, finds them from their
+	// first call. It must not call the Watch's methods.
+	Resolved func(Report)
 	// Report, if not nil, is told what the watch does with each file, one
 	// report at a time, from the watch's goroutines: it must not call the
 	// Watch's methods.
@@ -57,7 +70,8 @@ const (
 	// Attached: the file's sites are attached.
 	Attached What = iota + 1
 	// Detached: the file's last process exited and the file was unlinked
-	// (an upgrade replaced it), so its link is closed.
+	// (an upgrade replaced it), so its link is closed; or, taken back
+	// from a pin, none of the Watch's probes targets it.
 	Detached
 	// Skipped: the file matched a probe's target but could not be
 	// attached; Err says why. It is tried again when it changes, or while
@@ -69,6 +83,16 @@ const (
 	// Restored: the file's link was pinned by an earlier Watch under
 	// Options.PinDir, and taken back.
 	Restored
+	// Updated: a file's link taken back from a pin (Restored) ran
+	// other sites or another program than this Watch's probes and
+	// program, and now runs this Watch's (Sites), changed as its first
+	// process mapped it. Where the link has the generation check
+	// (Options.Plan.Updatable, in the Watch that attached it and in this
+	// one) the change is multiprobe.Link.UpdateProgram's: no call missed
+	// or counted twice. Otherwise a new link is attached before the old
+	// one is closed: no call is missed, but one made in between may be
+	// counted by both.
+	Updated
 	// Rescanned: the watch could not read an event (Err says why: a
 	// malformed record, a read error), so it read every process's
 	// mappings again, as after events the kernel had no room for, and
@@ -86,6 +110,8 @@ func (w What) String() string {
 		return "skipped"
 	case Restored:
 		return "restored"
+	case Updated:
+		return "updated"
 	case Rescanned:
 		return "rescanned"
 	}
@@ -112,7 +138,7 @@ type Report struct {
 	// Processes is how many processes mapped the file while it was
 	// attached (Detached).
 	Processes int
-	// Sites are the file's sites (Attached), with their cookies; each
+	// Sites are the file's sites (Attached, Restored, Updated), with their cookies; each
 	// site's Probe is the probe as given to New, its Target as given.
 	Sites []multiprobe.Site
 	// LeftOut are the file's sites that its probes' globs selected and
@@ -456,6 +482,40 @@ func (w *Watch) appeared(f *tracked, pid int) {
 // in the file as j's process reaches it. It runs on a worker, with no
 // lock held.
 func (w *Watch) attach(j *job) (_ *attached, err error) {
+	a := &attached{f: j.f}
+	defer func() {
+		if err != nil {
+			w.release(a)
+			a.close()
+		}
+	}()
+	if err := w.resolve(a, j); err != nil {
+		return nil, err
+	}
+	w.resolved(Attached, j, a)
+	if a.link, err = a.plan.Attach(w.prog); err != nil {
+		return nil, err
+	}
+	if err := w.pin(a); err != nil {
+		return nil, err
+	}
+	a.nfds = a.fds()
+	return a, nil
+}
+
+// resolved tells Options.Resolved of a's sites, which are about to be
+// attached for j (what: Attached or Updated).
+func (w *Watch) resolved(what What, j *job, a *attached) {
+	if w.opts.Resolved == nil {
+		return
+	}
+	w.opts.Resolved(Report{What: what, Path: j.path, PID: j.pid, HostPath: j.hostPath, File: j.f.key.id(), BuildID: a.buildID,
+		Sites: w.given(a.plan.Sites(), j.path), LeftOut: a.plan.LeftOut(), Reused: a.reused})
+}
+
+// resolve opens j's file for a and gives a its plan, prepared, for the
+// probes whose target the file matches.
+func (w *Watch) resolve(a *attached, j *job) (err error) {
 	var probes []multiprobe.Probe
 	var which []string
 	for i, p := range w.probes {
@@ -465,47 +525,29 @@ func (w *Watch) attach(j *job) (_ *attached, err error) {
 			which = append(which, strconv.Itoa(i))
 		}
 	}
-	a := &attached{f: j.f}
-	defer func() {
-		if err != nil {
-			w.release(a)
-			a.close()
-		}
-	}()
 	// Not os.Open: a process can put a FIFO where its file was, which
 	// would block the open, and the worker with it.
 	if a.file, err = fds.OpenRegular(j.hostPath); err != nil {
-		return nil, err
+		return err
 	}
 	// The file mapped, not one put at its path since it was found.
 	var st unix.Stat_t
 	if err := unix.Fstat(int(a.file.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("%s: %w", j.hostPath, err)
+		return fmt.Errorf("%s: %w", j.hostPath, err)
 	}
 	if j.hostIno != 0 && (uint64(st.Dev) != j.hostDev || st.Ino != j.hostIno) {
-		return nil, fmt.Errorf("%s: %w: replaced since process %d mapped it", j.hostPath, fs.ErrNotExist, j.pid)
+		return fmt.Errorf("%s: %w: replaced since process %d mapped it", j.hostPath, fs.ErrNotExist, j.pid)
 	}
 	if a.buildID = buildID(a.file); a.buildID != "" {
 		a.build = a.buildID + " " + strings.Join(which, ",")
 	}
 	if err := w.plan(a, j.hostPath, probes); err != nil {
-		return nil, err
+		return err
 	}
 	// Prepare writes the spec the workers share.
 	w.prepareMu.Lock()
-	err = a.plan.Prepare(w.spec)
-	w.prepareMu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if a.link, err = a.plan.Attach(w.prog); err != nil {
-		return nil, err
-	}
-	if err := w.pin(a); err != nil {
-		return nil, err
-	}
-	a.nfds = a.fds()
-	return a, nil
+	defer w.prepareMu.Unlock()
+	return a.plan.Prepare(w.spec)
 }
 
 // fds is how many file descriptors a holds: the file, its plan's (one
@@ -676,12 +718,17 @@ func (w *Watch) idle(f *tracked) {
 	w.detach(a)
 }
 
-// reached is a file taken back from a pin, mapped by a process now: held
-// open from here on, which tells when it is unlinked.
-func (w *Watch) reached(f *tracked) {
-	if a := w.files[f.key]; a != nil && a.file == nil {
-		a.file, _ = fds.OpenRegular(f.hostPath)
+// reached is a file taken back from a pin, mapped by process pid now:
+// held open from here on, which tells when it is unlinked, and brought to
+// this Watch's probes and program where its link runs others (see
+// update.go).
+func (w *Watch) reached(f *tracked, pid int) {
+	a := w.files[f.key]
+	if a == nil || a.file != nil {
+		return
 	}
+	a.file, _ = fds.OpenRegular(f.hostPath)
+	w.reconcile(a, pid)
 }
 
 // detach closes a's link (unpinned first) and forgets its file.

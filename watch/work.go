@@ -36,6 +36,9 @@ type job struct {
 	pid              int
 	owner            owner
 	seq              uint64 // the order jobs were queued in
+	// old, if not nil, is the file's link taken back from a pin, which
+	// the job brings to the Watch's probes and program (update.go).
+	old *attached
 }
 
 // enqueue queues f, mapped by pid, for a worker, unless it is pending
@@ -104,9 +107,15 @@ func (w *Watch) work() {
 		if testAttaching != nil {
 			testAttaching(j.path)
 		}
-		a, err := w.attach(j)
-		w.mu.Lock()
-		w.finish(j, a, err)
+		if j.old != nil {
+			a, err := w.update(j)
+			w.mu.Lock()
+			w.finishUpdate(j, a, err)
+		} else {
+			a, err := w.attach(j)
+			w.mu.Lock()
+			w.finish(j, a, err)
+		}
 		delete(w.pending, j.f.key)
 		w.settled.Broadcast()
 	}
