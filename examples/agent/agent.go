@@ -38,6 +38,7 @@ type agent struct {
 	objs    agentObjects
 	w       *watch.Watch
 	probes  map[string]string // probe spec (as Probe.String gives it) -> config name
+	names   map[string]bool   // the config's probe names
 	verbose bool
 	cgroups cgroups // names the cgroups the program counts by
 
@@ -49,9 +50,10 @@ type agent struct {
 // start loads the program with its counts pinned under cfg.PinDir, takes
 // back the function numbers pinned there, and starts the watch.
 func start(cfg *config, verbose bool) (_ *agent, err error) {
-	a := &agent{probes: map[string]string{}, fn: map[function]int{}, verbose: verbose}
+	a := &agent{probes: map[string]string{}, names: map[string]bool{}, fn: map[function]int{}, verbose: verbose}
 	var probes []multiprobe.Probe
 	for _, pc := range cfg.Probes {
+		a.names[pc.Name] = true
 		ps, err := multiprobe.ParseProbes(pc.Spec)
 		if err != nil {
 			return nil, err // config.check said so first
@@ -69,7 +71,11 @@ func start(cfg *config, verbose bool) (_ *agent, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := multiprobe.PrepareSpec(spec, nil); err != nil {
+	// Updatable: a restart with another config, or an upgrade, changes
+	// the links taken back from the pins in place (watch.Updated), with
+	// no call missed or counted twice.
+	opts := multiprobe.Options{Updatable: true}
+	if err := multiprobe.PrepareSpec(spec, &opts); err != nil {
 		return nil, err
 	}
 	for _, m := range []string{"counts", "hists", "fn_names", "cgroup_counts", "other_counts", "overflow"} {
@@ -89,11 +95,13 @@ func start(cfg *config, verbose bool) (_ *agent, err error) {
 	if err := a.readNames(); err != nil {
 		return nil, err
 	}
-	// The links too, beside the maps: a restart misses no call. The
-	// links taken back run the last agent's program, with its sites map,
-	// which it filled in.
+	// The links too, beside the maps: a restart misses no call. A link
+	// taken back runs the last agent's program, with its sites map,
+	// which it filled in, until the watch brings it to this config and
+	// program (watch.Updated), whose sites this agent fills in before
+	// they count (Resolved).
 	links := filepath.Join(cfg.PinDir, "links")
-	if a.w, err = watch.New(probes, spec, a.objs.AgentProbe, &watch.Options{PinDir: links, Report: a.report}); err != nil {
+	if a.w, err = watch.New(probes, spec, a.objs.AgentProbe, &watch.Options{Plan: opts, PinDir: links, Resolved: a.fill, Report: a.report}); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -148,8 +156,8 @@ func (a *agent) number(f function) (int, bool) {
 	return len(a.fns) - 1, true
 }
 
-// report fills in the sites of a file the watch attached, so that the
-// program finds their functions; until then it passes them over.
+// report logs what the watch did, and fills in the sites of a file taken
+// back from a pin (those the watch attaches, fill has before they count).
 func (a *agent) report(r watch.Report) {
 	switch {
 	case r.What == watch.Skipped || r.What == watch.Rescanned:
@@ -159,9 +167,14 @@ func (a *agent) report(r watch.Report) {
 	case a.verbose:
 		log.Printf("%s %s (process %d, %d sites) %v", r.What, r.Path, r.PID, len(r.Sites), r.Err)
 	}
-	if r.What != watch.Attached && r.What != watch.Restored {
-		return
+	if r.What == watch.Restored {
+		a.fill(r)
 	}
+}
+
+// fill fills in the sites of a file, with their functions' numbers, so
+// that the program finds them; it passes over the sites it does not find.
+func (a *agent) fill(r watch.Report) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	full := 0

@@ -829,3 +829,99 @@ func testBPFFS(t *testing.T, dir string) string {
 	t.Cleanup(func() { syscall.Unmount(bpffs, syscall.MNT_DETACH) })
 	return bpffs
 }
+
+// probeCalls is the calls a scrape gives for each function of each probe,
+// "probe function" -> calls.
+func probeCalls(fams map[string]*dto.MetricFamily) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, m := range fams["multiprobe_calls_total"].GetMetric() {
+		out[label(m, "probe")+" "+label(m, "function")] = uint64(m.GetCounter().GetValue())
+	}
+	return out
+}
+
+// writeConfig writes, as dir/name, the config of an agent pinning under
+// pin with probes.
+func writeConfig(t *testing.T, dir, name, pin string, probes ...probeConfig) string {
+	t.Helper()
+	cfg, err := json.Marshal(config{Listen: "127.0.0.1:0", PinDir: pin, Probes: probes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestAgentConfigChange: the agent is restarted with another config (a
+// probe added, one removed, one kept) while a workload calls all three
+// functions: the kept one misses no call and counts none twice, the added
+// one counts from the restart on, the removed one's series are gone, and
+// a run after the restart is counted in full by the new config alone.
+func TestAgentConfigChange(t *testing.T) {
+	need(t, os.Geteuid() == 0, "the agent needs root")
+	dir := t.TempDir()
+	workload, lib := buildWorkload(t, dir)
+	pin := filepath.Join(testBPFFS(t, dir), "agent")
+	probe := func(name string) probeConfig { return probeConfig{Name: name, Spec: "uprobe:" + lib + ":" + name} }
+	before := writeConfig(t, dir, "before.json", pin, probe("work"), probe("idle"))
+	after := writeConfig(t, dir, "after.json", pin, probe("work"), probe("rest"))
+	run := func(n int) {
+		t.Helper()
+		if out, err := exec.Command(workload, fmt.Sprint(n), "1000").CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", workload, err, out)
+		}
+	}
+
+	agent, addr := startAgent(t, before)
+	run(100)
+	if got := probeCalls(checkedScrape(t, addr)); got["work work"] != 100 || got["idle idle"] != 100 {
+		t.Errorf("before the restart: %v, want 100 calls of work and of idle", got)
+	}
+	// A workload of 2,000 calls, 1 ms each, runs across the restart.
+	long := exec.Command(workload, "2000", "1000")
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stopAgent(t, agent)
+	agent, addr, logged := startAgentLogged(t, after)
+	if err := long.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	fams := checkedScrape(t, addr)
+	got := probeCalls(fams)
+	if got["work work"] != 2100 {
+		t.Errorf("work (kept): %d calls counted across the restart, the workloads made 2,100", got["work work"])
+	}
+	if n := got["rest rest"]; n == 0 || n >= 2000 {
+		t.Errorf("rest (added): %d calls counted, want some of the 2,000 (those after the restart)", n)
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "idle ") || strings.HasPrefix(k, " ") {
+			t.Errorf("after the restart: a series of %q, a probe no longer configured", k)
+		}
+	}
+	for _, m := range fams["multiprobe_container_calls_total"].GetMetric() {
+		if p := label(m, "probe"); p != "work" && p != "rest" {
+			t.Errorf("after the restart: a container series of probe %q", p)
+		}
+	}
+	if len(logged.matching("updated")) == 0 {
+		t.Errorf("the agent did not log the pinned link updated to the new config")
+	}
+	t.Logf("across the restart: work %d, rest %d of 2,000", got["work work"], got["rest rest"])
+	rest := got["rest rest"]
+	run(50)
+	got = probeCalls(checkedScrape(t, addr))
+	if got["work work"] != 2150 || got["rest rest"] != rest+50 {
+		t.Errorf("a run after the restart: work %d, rest %d; want 2,150 and %d", got["work work"], got["rest rest"], rest+50)
+	}
+	stopAgent(t, agent)
+	uninstall(t, pin)
+	if ids := agentLinks(t); len(ids) != 0 {
+		t.Errorf("after -uninstall %d uprobe links are left", len(ids))
+	}
+}

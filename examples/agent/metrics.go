@@ -51,7 +51,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for i, f := range c.a.functions() {
-		if f.probe == "" {
+		if !c.a.names[f.probe] {
 			continue // a function of a probe no longer in the config
 		}
 		var n uint64
@@ -144,7 +144,7 @@ func (c *collector) collectContainers(ch chan<- prometheus.Metric) {
 		}
 	}
 	for s, n := range sum {
-		if int(s.fn) >= len(fns) || fns[s.fn].probe == "" {
+		if int(s.fn) >= len(fns) || !c.a.names[fns[s.fn].probe] {
 			continue
 		}
 		f := fns[s.fn]
