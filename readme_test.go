@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,28 +15,45 @@ import (
 	"github.com/multiprobe/multiprobe/probetest"
 )
 
-// TestReadmeGo follows the README's "Use it from Go" as a user would: the
-// files it shows, saved in an empty directory, and its commands, run one
-// by one, with a single line added after `go mod init`: a replace
+// TestReadmeGo follows the README's "Use it from Go" as a user would, each
+// of its two ways (package count; a BPF program of one's own): the files
+// it shows, saved in an empty directory, and its commands, run one by one, with a single line added after `go mod init`: a replace
 // directive to this checkout, since the module is not fetched from a
 // proxy here. The counts the program prints must name the sites the
 // README's output names, in its order, each called at least once. When
 // the text and the code part, this test fails.
 func TestReadmeGo(t *testing.T) {
 	probetest.RequireBPF(t)
-	for _, tool := range []string{"go", "clang-19"} {
-		_, err := exec.LookPath(tool)
-		testutil.RequireTool(t, tool, err)
-	}
-	root, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := fencedBlocks(section(readme, "## Use it from Go"))
+	for _, c := range []struct {
+		heading string
+		files   []string
+		tools   []string
+	}{
+		{"### Count calls with package count", []string{"main.go"}, []string{"go"}},
+		{"### Your own BPF program", []string{"main.go", "probe.bpf.c"}, []string{"go", "clang-19"}},
+	} {
+		t.Run(strings.TrimPrefix(c.heading, "### "), func(t *testing.T) {
+			for _, tool := range c.tools {
+				_, err := exec.LookPath(tool)
+				testutil.RequireTool(t, tool, err)
+			}
+			readmeGo(t, section(readme, c.heading), c.files)
+		})
+	}
+}
+
+// readmeGo runs the commands of a README section, with the files it
+// shows (want, at least), and checks their output against the section's.
+func readmeGo(t *testing.T, text string, want []string) {
+	root, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := fencedBlocks(text)
 	files := map[string]string{}
 	var script, output string
 	for _, b := range blocks {
@@ -48,8 +66,8 @@ func TestReadmeGo(t *testing.T) {
 			files[b.file] = b.text
 		}
 	}
-	if script == "" || output == "" || files["main.go"] == "" || files["probe.bpf.c"] == "" {
-		t.Fatalf("README's Go section: want a sh block, its output, main.go and probe.bpf.c; got commands %q, output %q, files %v", script, output, keys(files))
+	if script == "" || output == "" || slices.ContainsFunc(want, func(f string) bool { return files[f] == "" }) {
+		t.Fatalf("README's Go section: want a sh block, its output and %v; got commands %q, output %q, files %v", want, script, output, keys(files))
 	}
 
 	dir := t.TempDir()
@@ -153,4 +171,57 @@ func keys[V any](m map[string]V) []string {
 		ks = append(ks, k)
 	}
 	return ks
+}
+
+// TestReadmeLayout: every package of the tree, examples' modules included,
+// is in the README's layout table: a top-level package, cmd/ and examples/
+// by their paths in the first column, internal/ ones by name in the
+// internal row (or, for the test kits, in the testprogs row).
+func TestReadmeLayout(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := string(section(readme, "## Layout"))
+	first := map[string]bool{}
+	internalRows := ""
+	for _, line := range strings.Split(table, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 3 {
+			continue
+		}
+		name := strings.Trim(strings.TrimSpace(cells[1]), "`")
+		first[strings.Fields(name + " x")[0]] = true
+		if strings.HasPrefix(name, "internal/") {
+			internalRows += line
+		}
+	}
+	var missing []string
+	err = filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "." || d.Name() == "testdata" || d.Name() == "bpf") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || filepath.Dir(path) == "." {
+			return nil
+		}
+		dir := filepath.ToSlash(filepath.Dir(path))
+		if rest, ok := strings.CutPrefix(dir, "internal/"); ok {
+			if !strings.Contains(internalRows, "`"+rest+"`") && !first[dir] {
+				missing = append(missing, dir)
+			}
+		} else if !first[dir] {
+			missing = append(missing, dir)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(missing)
+	if missing = slices.Compact(missing); len(missing) > 0 {
+		t.Errorf("packages missing from the README's layout table: %v", missing)
+	}
 }

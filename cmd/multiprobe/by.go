@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/count"
 )
 
 // byFlag is --by: what count's rows are per besides the function.
@@ -38,17 +39,18 @@ func (b *byFlag) Set(v string) error {
 	return fmt.Errorf("%q: want pid, file or container", v)
 }
 
-// The values of count.c's by, and how many (site, who) pairs it counts.
+// The values of by.h's by (package count's, and latency.c's), and how
+// many (site, who) pairs count counts.
 const (
 	byModePID    = 1
 	byModeCgroup = 2
-	maxByCounts  = 1 << 16
+	maxByCounts  = count.DefaultMaxBy
 	maxByHists   = 1 << 14 // 5.5 MiB of histograms
 )
 
-// setBy makes count.c's or latency.c's spec count by who calls, in its
-// table (by_counts, by_hists) of size entries, for --by pid and --by
-// container; --by file needs nothing of BPF (a site is in one file).
+// setBy makes latency.c's spec count by who calls, in its table (by_hists)
+// of size entries, for --by pid and --by container; --by file needs
+// nothing of BPF (a site is in one file).
 func setBy(spec *ebpf.CollectionSpec, by byFlag, table string, size uint32) error {
 	mode := uint32(0)
 	switch by {
@@ -66,8 +68,8 @@ func setBy(spec *ebpf.CollectionSpec, by byFlag, table string, size uint32) erro
 	return nil
 }
 
-// byKey is bpf/by.h's struct by_key: a site (count.c) or function
-// (latency.c), and who called.
+// byKey is count/bpf/by.h's struct by_key: a function (latency.c), and who
+// called.
 type byKey struct {
 	Key uint32
 	_   uint32
@@ -96,46 +98,31 @@ func (cg cgroupPaths) caller(by byFlag, who uint64) caller {
 	return caller{}
 }
 
-// rowsBy reads the counts by who made them (--by pid or container) into
+// rowsBy turns the counts by who made them (--by pid or container) into
 // rows, one a function and who: a USDT probe's sites, and in a follow
-// run a function's copies in several builds, add up. site names a
-// cookie's site. unattributed is how many calls the table had no room to
-// attribute.
-func (c *counter) rowsBy(by byFlag, site map[uint32]multiprobe.Site, probeIndex func(*multiprobe.Probe) int, total uint64) (rows []countedSite, unattributed uint64, err error) {
-	var k byKey
-	var n uint64
+// run a function's copies in several builds, add up. unattributed is how
+// many calls the table had no room to attribute.
+func rowsBy(by byFlag, snap *count.Snapshot, probeIndex func(*multiprobe.Probe) int) (rows []countedSite, unattributed uint64) {
 	type key struct {
 		kind, fn string
 		who      uint64
 	}
 	at := map[key]int{}
 	cg := cgroupPaths{}
-	var sum uint64
-	it := c.byCounts.Iterate()
-	for it.Next(&k, &n) {
-		s, ok := site[k.Key]
-		if !ok {
-			continue
-		}
-		sum += n
-		kk := key{s.Probe.Kind.String(), s.Label(), k.Who}
+	for _, b := range snap.By {
+		s := snap.Sites[b.Site].Site
+		kk := key{s.Probe.Kind.String(), s.Label(), b.Who}
 		if i, ok := at[kk]; ok {
-			rows[i].Calls += n
+			rows[i].Calls += b.Calls
 			rows[i].Sites++
 			continue
 		}
 		at[kk] = len(rows)
-		rows = append(rows, countedSite{Probe: probeIndex(s.Probe), Kind: kk.kind, Function: kk.fn, Path: s.Path, Offset: s.Offset, Calls: n, Sites: 1,
-			caller: cg.caller(by, k.Who)})
-	}
-	if err := it.Err(); err != nil {
-		return nil, 0, fmt.Errorf("--by: reading the counts: %w", err)
+		rows = append(rows, countedSite{Probe: probeIndex(s.Probe), Kind: kk.kind, Function: kk.fn, Path: s.Path, Offset: s.Offset, Calls: b.Calls, Sites: 1,
+			caller: cg.caller(by, b.Who)})
 	}
 	sortRows(rows)
-	if total > sum {
-		unattributed = total - sum
-	}
-	return rows, unattributed, nil
+	return rows, snap.Unattributed
 }
 
 // sortRows orders rows most calls first, then by function, kind and who.

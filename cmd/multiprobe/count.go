@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/count"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
 	"github.com/multiprobe/multiprobe/internal/hostarch"
@@ -482,9 +483,20 @@ func (c *counter) readHits(site siteLookup, nargs int, strs strArgs, stdout io.W
 func (c *counter) report(probes []multiprobe.Probe, sites []multiprobe.Site, top int, by byFlag) (countReport, error) {
 	report := countReport{Sites: len(sites), Counts: []countedSite{}}
 	counts := make([]uint64, len(sites))
-	for i := range sites {
-		if err := c.counts.Lookup(uint32(sites[i].Cookie), &counts[i]); err != nil {
-			return report, fmt.Errorf("reading count of %s: %w", sites[i].Name, err)
+	var snap *count.Snapshot
+	if c.calls != nil {
+		var err error
+		if snap, err = c.calls.Read(sites); err != nil {
+			return report, err
+		}
+		for i := range snap.Sites {
+			counts[i] = snap.Sites[i].Calls
+		}
+	} else {
+		for i := range sites {
+			if err := c.counts.Lookup(uint32(sites[i].Cookie), &counts[i]); err != nil {
+				return report, fmt.Errorf("reading count of %s: %w", sites[i].Name, err)
+			}
 		}
 	}
 	usdtRow := map[string]int{}
@@ -536,15 +548,8 @@ func (c *counter) report(probes []multiprobe.Probe, sites []multiprobe.Site, top
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Function, b.Function), cmp.Compare(a.Kind, b.Kind))
 	})
 	report.By = by
-	if by == byPID || by == byContainer {
-		byCookie := make(map[uint32]multiprobe.Site, len(sites))
-		for _, s := range sites {
-			byCookie[uint32(s.Cookie)] = s
-		}
-		var err error
-		if report.Counts, report.Unattributed, err = c.rowsBy(by, byCookie, index, report.Calls); err != nil {
-			return report, err
-		}
+	if (by == byPID || by == byContainer) && snap != nil {
+		report.Counts, report.Unattributed = rowsBy(by, snap, index)
 	}
 	if top > 0 && len(report.Counts) > top {
 		report.Omitted = len(report.Counts) - top
@@ -886,13 +891,39 @@ func (c *stoppedCommand) stop(stderr io.Writer) {
 type counter struct {
 	prog                  *ebpf.Program
 	counts, hits, dropped *ebpf.Map
-	byCounts              *ebpf.Map // --by pid or container
+	calls                 *count.Counter // package count's, without --args
 	close                 func() error
 	stopHits              func()
 }
 
+// countBy is --by as package count counts: by process or cgroup in BPF;
+// --by file needs nothing of BPF (a site is in one file).
+func countBy(by byFlag) count.By {
+	switch by {
+	case byPID:
+		return count.ByProcess
+	case byContainer:
+		return count.ByCgroup
+	}
+	return count.BySite
+}
+
+// fromCount is the counter of package count's c.
+func fromCount(c *count.Counter) *counter {
+	return &counter{prog: c.Program(), counts: c.Map(), calls: c, close: c.Close}
+}
+
+// loadCounter loads the counting program for plan: package count's, or
+// count_args.c with --args, reading strs as strings.
 func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs, by byFlag) (*counter, error) {
-	spec, err := counterSpec(withArgs, strs, by)
+	if !withArgs {
+		c, err := count.New(plan, &count.Options{By: countBy(by), MaxBy: maxByCounts})
+		if err != nil {
+			return nil, err
+		}
+		return fromCount(c), nil
+	}
+	spec, err := argsSpec(strs)
 	if err != nil {
 		return nil, err
 	}
@@ -900,50 +931,56 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs, by byFlag) 
 		return nil, err
 	}
 	spec.Maps["counts"].MaxEntries = uint32(max(plan.Len(), 1))
-	return newCounter(spec, withArgs)
+	return newArgsCounter(spec)
 }
 
-// counterSpec is the counting program's spec: count.c, or count_args.c
-// with --args, reading strs as strings.
-func counterSpec(withArgs bool, strs strArgs, by byFlag) (*ebpf.CollectionSpec, error) {
-	load := loadCount
-	if withArgs {
-		if err := knownRegisters("--args"); err != nil {
-			return nil, err
+// followCounter loads the counting program for a follow run, whose
+// plans have opts, and returns the spec it loaded for the watch.
+func followCounter(withArgs bool, strs strArgs, by byFlag, opts *multiprobe.Options) (*ebpf.CollectionSpec, *counter, error) {
+	if !withArgs {
+		c, err := count.NewForWatch(opts, &count.Options{By: countBy(by), MaxBy: maxByCounts, Cookies: followSlots})
+		if err != nil {
+			return nil, nil, err
 		}
-		load = loadCountArgs
+		return c.Spec(), fromCount(c), nil
 	}
-	spec, err := load()
+	spec, err := argsSpec(strs)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := multiprobe.PrepareSpec(spec, opts); err != nil {
+		return nil, nil, err
+	}
+	spec.Maps["counts"].MaxEntries = followSlots
+	c, err := newArgsCounter(spec)
+	return spec, c, err
+}
+
+// argsSpec is count_args.c's spec, reading strs as strings.
+func argsSpec(strs strArgs) (*ebpf.CollectionSpec, error) {
+	if err := knownRegisters("--args"); err != nil {
+		return nil, err
+	}
+	spec, err := loadCountArgs()
 	if err != nil {
 		return nil, err
 	}
-	if withArgs {
-		sel := [maxStrArgs]uint32{strNone, strNone, strNone}
-		copy(sel[:], strs)
-		if err := spec.Variables["str_arg"].Set(sel); err != nil {
-			return nil, fmt.Errorf("--str: %w", err)
-		}
-		return spec, nil
-	}
-	if err := setBy(spec, by, "by_counts", maxByCounts); err != nil {
-		return nil, err
+	sel := [maxStrArgs]uint32{strNone, strNone, strNone}
+	copy(sel[:], strs)
+	if err := spec.Variables["str_arg"].Set(sel); err != nil {
+		return nil, fmt.Errorf("--str: %w", err)
 	}
 	return spec, nil
 }
 
-// newCounter loads a prepared counterSpec.
-func newCounter(spec *ebpf.CollectionSpec, withArgs bool) (*counter, error) {
+// newArgsCounter loads a prepared argsSpec.
+func newArgsCounter(spec *ebpf.CollectionSpec) (*counter, error) {
 	coll, err := newCollection("the counter", spec)
 	if err != nil {
 		return nil, err
 	}
-	c := &counter{counts: coll.Maps["counts"], byCounts: coll.Maps["by_counts"], close: func() error { coll.Close(); return nil }}
-	if withArgs {
-		c.prog, c.hits, c.dropped = coll.Programs["count_args"], coll.Maps["hits"], coll.Maps["dropped"]
-	} else {
-		c.prog = coll.Programs["count_call"]
-	}
-	return c, nil
+	return &counter{prog: coll.Programs["count_args"], counts: coll.Maps["counts"], hits: coll.Maps["hits"], dropped: coll.Maps["dropped"],
+		close: func() error { coll.Close(); return nil }}, nil
 }
 
 // newCollection loads spec, what names it in errors.

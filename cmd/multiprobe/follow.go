@@ -413,15 +413,7 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	if err := checkTargets(probes, tr.opts, stderr); err != nil {
 		return err
 	}
-	spec, err := counterSpec(f.withArgs, f.strs, f.trace.by)
-	if err != nil {
-		return err
-	}
-	if err := multiprobe.PrepareSpec(spec, tr.opts); err != nil {
-		return err
-	}
-	spec.Maps["counts"].MaxEntries = followSlots
-	c, err := newCounter(spec, f.withArgs)
+	spec, c, err := followCounter(f.withArgs, f.strs, f.trace.by, tr.opts)
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 //
-// What count.c and latency.c share for --by: who made a call, BY_PID its
-// process (the tgid), BY_CGROUP its cgroup (the cgroup v2 id, which names
-// a container). The CLI sets by; the tables keyed by by_key are each
-// program's own.
+// What count.c and the CLI's latency.c share for counting by who made a
+// call: BY_PID its process (the tgid), BY_CGROUP its cgroup (the cgroup v2
+// id, which names a container). Go sets by before loading; the tables
+// keyed by by_key are each program's own.
 
 #ifndef MP_BY_H
 #define MP_BY_H

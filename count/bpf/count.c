@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 //
-// The counter behind `multiprobe count`: one 64-bit count per site, indexed
-// by the site's BPF cookie. The CLI sizes the array to the number of sites
-// before loading. The section is plain "uprobe" so that one object serves
-// both attach paths; kernelprobe.PrepareProgramSpec sets the expected attach
-// type before load.
+// The counter of package count (and `multiprobe count`): one 64-bit count
+// per site, indexed by the site's BPF cookie, in an array that package
+// count sizes before loading. The section is plain "uprobe" so that one
+// object serves both attach paths; kernelprobe.PrepareProgramSpec sets the
+// expected attach type before load.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -14,17 +14,17 @@
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); // resized by the CLI
+	__uint(max_entries, 1); // resized by package count
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
 
-// With --by, each call is also counted by who made it (by.h), in
-// by_counts, which the CLI sizes; a call that finds it full is in counts
-// only.
+// With count.ByProcess or ByCgroup, each call is also counted by who made
+// it (by.h), in by_counts, which package count sizes; a call that finds it
+// full is in counts only.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1); // resized by the CLI with --by
+	__uint(max_entries, 1); // resized by package count, with By
 	__type(key, struct by_key);
 	__type(value, __u64);
 } by_counts SEC(".maps");
