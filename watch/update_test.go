@@ -76,6 +76,9 @@ func TestWatchPinUpdate(t *testing.T) {
 			{"program", true, true},
 			{"not updatable", false, true},
 		} {
+			if tc.name == "probes" && testutil.InGuest() {
+				continue // "program" changes the probes too, through the same UpdateProgram: CI's time
+			}
 			t.Run(tc.name, func(t *testing.T) { testWatchPinUpdate(t, f, tc.updatable, tc.program) })
 		}
 	})
