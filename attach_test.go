@@ -101,8 +101,8 @@ func mustAttach(t *testing.T, pl *multiprobe.Plan, prog *ebpf.Program) *multipro
 // checkPath fails t if l did not take the path of f.
 func checkPath(t *testing.T, l *multiprobe.Link, f kernelprobe.Features) {
 	t.Helper()
-	if l.Path() != f.Path() {
-		t.Errorf("attached through %v, want %v", l.Path(), f.Path())
+	if l.AttachPath() != f.Path() {
+		t.Errorf("attached through %v, want %v", l.AttachPath(), f.Path())
 	}
 }
 
@@ -176,8 +176,8 @@ func TestManySites(t *testing.T) {
 		if !f.Cookies {
 			want += 2 * n // a clone per site, and its BTF
 		}
-		if l.FDs() < 1 || l.FDs() > want {
-			t.Errorf("%d fds for %d sites in one binary, want at most %d", l.FDs(), n, want)
+		if l.NumFDs() < 1 || l.NumFDs() > want {
+			t.Errorf("%d fds for %d sites in one binary, want at most %d", l.NumFDs(), n, want)
 		}
 		runTarget(t, target, calls)
 

@@ -53,7 +53,7 @@ func BenchmarkAttach(b *testing.B) {
 				}
 				fds = 0
 				for _, al := range l.Links() {
-					fds += al.FDs()
+					fds += al.NumFDs()
 				}
 				l.Close()
 			}
@@ -292,7 +292,7 @@ func BenchmarkClones(b *testing.B) {
 						b.Fatal(err)
 					}
 					attach += time.Since(t0)
-					clones = l.Clones()
+					clones = l.NumClones()
 					l.Close()
 				}
 				b.ReportMetric(float64(attach.Microseconds())/1000/float64(b.N), "attach-ms")

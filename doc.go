@@ -86,7 +86,7 @@
 // read-only section, and the verifier prunes the helper call the old kernel
 // lacks: exact for entry, return and USDT probes alike, as tracers told
 // sites apart before cookies. [Plan.Prepare] marks the section; Attach
-// loads the copies ([Link.Clones]), which share every map of the program
+// loads the copies ([Link.NumClones]), which share every map of the program
 // but the section. Every copy is verified again, so a plan of more than
 // [MaxClones] sites is refused there.
 //

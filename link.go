@@ -357,8 +357,8 @@ func (l *Link) sites() []Site {
 	return l.plan.Sites()
 }
 
-// Path returns the attach path used.
-func (l *Link) Path() kernelprobe.Path { return l.path }
+// AttachPath returns the attach path the link took (see Plan.AttachPath).
+func (l *Link) AttachPath() kernelprobe.Path { return l.path }
 
 // Links returns the underlying uprobe_multi links, for their kernel info;
 // none on the perf-event path.
@@ -421,22 +421,22 @@ func programTag(prog *ebpf.Program) (string, error) {
 	return info.Tag, nil
 }
 
-// Clones returns how many copies of the program the link loaded and holds:
+// NumClones returns how many copies of the program the link loaded and holds:
 // one per site on a kernel without BPF cookies (before Linux 5.15), for a
 // program that reads its cookie with mp_cookie; otherwise one where the
 // link filters by pid in BPF, none where it does not.
-func (l *Link) Clones() int {
+func (l *Link) NumClones() int {
 	l.state.RLock()
 	defer l.state.RUnlock()
 	return len(l.clones)
 }
 
-// FDs returns how many file descriptors the link holds: one per binary
+// NumFDs returns how many file descriptors the link holds: one per binary
 // and kind on the uprobe_multi path, one or two per site on the perf-event
 // path, one for each copy of the program (see Clones) and one more for its
 // BTF if the program has any, two for its own pid filter, and one for its
 // handle of the USDT spec table.
-func (l *Link) FDs() int {
+func (l *Link) NumFDs() int {
 	l.state.RLock()
 	defer l.state.RUnlock()
 	n := l.cloneFDs

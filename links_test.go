@@ -84,8 +84,8 @@ func TestPIDSetsPerLink(t *testing.T) {
 		}
 		l3 := mustAttach(t, everyone, cnt.CountEntry)
 		// The program as loaded; without BPF cookies, a copy per site.
-		if want := map[bool]int{true: 0, false: everyone.Len()}[f.Cookies]; l3.Clones() != want {
-			t.Errorf("a link without pids loaded %d copies of the program, want %d", l3.Clones(), want)
+		if want := map[bool]int{true: 0, false: everyone.Len()}[f.Cookies]; l3.NumClones() != want {
+			t.Errorf("a link without pids loaded %d copies of the program, want %d", l3.NumClones(), want)
 		}
 		round("[B] beside a link without pids", 1, 2, 1)
 		if err := l3.SetPIDs(a.PID()); err == nil {
@@ -320,7 +320,7 @@ func TestLinkConcurrent(t *testing.T) {
 				if n := len(l.Sites()); n != 2 && n != 3 {
 					t.Errorf("Sites: %d, want 2 or 3", n)
 				}
-				if len(l.Programs()) == 0 || l.FDs() == 0 {
+				if len(l.Programs()) == 0 || l.NumFDs() == 0 {
 					t.Error("Programs or FDs: none while attached")
 				}
 				_ = l.LeftOut()

@@ -397,8 +397,9 @@ func (pl *Plan) Len() int { return len(pl.rows) }
 // Features returns the kernel features the plan decided with.
 func (pl *Plan) Features() kernelprobe.Features { return pl.features }
 
-// Path returns the attach path the plan's links take.
-func (pl *Plan) Path() kernelprobe.Path { return pl.features.Path() }
+// AttachPath returns the attach path the plan's links take: the kernel's
+// mechanism (uprobe_multi, perf-event uprobes), not a file (Site.Path).
+func (pl *Plan) AttachPath() kernelprobe.Path { return pl.features.Path() }
 
 // Sites returns the plan's sites; a site's index is its cookie (less
 // Options.CookieBase). Each call returns a copy of its own, also after

@@ -59,9 +59,9 @@ func (u *unit) close() error {
 
 func (u *unit) fds() int {
 	if u.multi != nil {
-		return u.multi.FDs()
+		return u.multi.NumFDs()
 	}
-	return u.perSite.FDs()
+	return u.perSite.NumFDs()
 }
 
 // closeUnits closes units, the last first.

@@ -123,11 +123,11 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 	case mode == "pids" || (mode == "pid" && !(f.Path() == kernelprobe.PathUprobeMulti && f.UprobeMultiPIDFilter)):
 		wantClones = 1 // the link's own filtered copy
 	}
-	if now, _ := testutil.OpenFDs(); now-before.FDs != l.FDs() {
-		t.Errorf("%d more file descriptors open while attached, Link.FDs says %d", now-before.FDs, l.FDs())
+	if now, _ := testutil.OpenFDs(); now-before.FDs != l.NumFDs() {
+		t.Errorf("%d more file descriptors open while attached, Link.NumFDs says %d", now-before.FDs, l.NumFDs())
 	}
-	if l.Clones() != wantClones {
-		t.Errorf("%d copies of the program, want %d", l.Clones(), wantClones)
+	if l.NumClones() != wantClones {
+		t.Errorf("%d copies of the program, want %d", l.NumClones(), wantClones)
 	}
 	for i, p := range procs {
 		got := p.Finish(t)
@@ -186,7 +186,7 @@ func testCombination(t *testing.T, f kernelprobe.Features, mode string, n int) {
 		t.Fatal(err)
 	}
 	before.CheckLinks(t, "after Close")
-	if n := l.FDs(); n != 0 {
+	if n := l.NumFDs(); n != 0 {
 		t.Errorf("%d fds held after Close", n)
 	}
 	if held := heldSpecs(t, c.Specs); held != 0 {

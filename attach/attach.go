@@ -452,10 +452,10 @@ func (l *Link) Sites() int { return l.targets.Sites() }
 // offsets.
 func (l *Link) Cookies() []uint64 { return l.targets.Cookies() }
 
-// FDs returns the number of kernel links, each one file descriptor, that l
+// NumFDs returns the number of kernel links, each one file descriptor, that l
 // holds: one per target, more for targets with more than MaxSitesPerLink
 // sites, none after Close.
-func (l *Link) FDs() int {
+func (l *Link) NumFDs() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.links)

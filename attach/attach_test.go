@@ -77,8 +77,8 @@ func TestUprobeMultiCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.FDs() != 1 || l.Sites() != n {
-		t.Errorf("FDs() = %d, Sites() = %d; want 1, %d", l.FDs(), l.Sites(), n)
+	if l.NumFDs() != 1 || l.Sites() != n {
+		t.Errorf("NumFDs() = %d, Sites() = %d; want 1, %d", l.NumFDs(), l.Sites(), n)
 	}
 	attached := probetest.TakeSnapshot(t, c.CountEntry)
 	if attached.FDs != before.FDs+1 || len(attached.Links) != len(before.Links)+1 {
@@ -128,8 +128,8 @@ func TestUprobeMultiCounts(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if l.FDs() != 0 {
-		t.Errorf("FDs() after Close = %d", l.FDs())
+	if l.NumFDs() != 0 {
+		t.Errorf("NumFDs() after Close = %d", l.NumFDs())
 	}
 	if _, err := l.Info(); !errors.Is(err, os.ErrClosed) {
 		t.Errorf("Info() after Close: %v, want os.ErrClosed", err)
@@ -266,8 +266,8 @@ func TestSeveralTargetsAndCookies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.FDs() != 3 || probetest.TakeSnapshot(t, c.CountEntry).FDs != before.FDs+3 {
-		t.Errorf("3 binaries: FDs() = %d, want 3 (one per binary)", l.FDs())
+	if l.NumFDs() != 3 || probetest.TakeSnapshot(t, c.CountEntry).FDs != before.FDs+3 {
+		t.Errorf("3 binaries: NumFDs() = %d, want 3 (one per binary)", l.NumFDs())
 	}
 	run(t, pathB, n, calls)
 	run(t, pathC, n, calls)
@@ -296,8 +296,8 @@ func TestSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.FDs() != 4 {
-		t.Errorf("%d sites at 300 per link: FDs() = %d, want 4", n, l.FDs())
+	if l.NumFDs() != 4 {
+		t.Errorf("%d sites at 300 per link: NumFDs() = %d, want 4", n, l.NumFDs())
 	}
 	infos, err := l.Info()
 	if err != nil {
@@ -713,8 +713,8 @@ func TestLeaveOutRefused(t *testing.T) {
 		t.Fatalf("attached %d targets, %d sites; want 1 target of %d", len(ts), l.Sites(), n-2)
 	}
 	// 7 sites a link: 0-6, then 7-13 less the two refused, then 14-19.
-	if l.FDs() != 3 {
-		t.Errorf("%d sites at 7 per link, 2 refused in the second: FDs() = %d, want 3", n-2, l.FDs())
+	if l.NumFDs() != 3 {
+		t.Errorf("%d sites at 7 per link, 2 refused in the second: NumFDs() = %d, want 3", n-2, l.NumFDs())
 	}
 	infos, err := l.Info()
 	if err != nil {

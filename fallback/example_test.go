@@ -40,5 +40,5 @@ func ExampleUprobes() {
 		log.Fatal(err)
 	}
 	defer l.Close()
-	fmt.Println(l.Sites(), "sites,", l.FDs(), "file descriptors")
+	fmt.Println(l.Sites(), "sites,", l.NumFDs(), "file descriptors")
 }

@@ -321,10 +321,10 @@ func (l *Link) Sites() int { return l.targets.Sites() }
 // offsets.
 func (l *Link) Cookies() []uint64 { return l.targets.Cookies() }
 
-// FDs returns the number of file descriptors l holds: two per site (perf
+// NumFDs returns the number of file descriptors l holds: two per site (perf
 // event and BPF link) on kernels with BPF perf links (5.15), one before;
 // none after Close.
-func (l *Link) FDs() int {
+func (l *Link) NumFDs() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.fds

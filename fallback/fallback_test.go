@@ -70,8 +70,8 @@ func TestUprobes(t *testing.T) {
 	if got := len(entry.Targets()); got != 2 {
 		t.Errorf("Targets() has %d targets, want 2", got)
 	}
-	if got := entry.FDs(); got != 2*n {
-		t.Errorf("FDs() = %d, want %d", got, 2*n)
+	if got := entry.NumFDs(); got != 2*n {
+		t.Errorf("NumFDs() = %d, want %d", got, 2*n)
 	}
 	fds, _ := testutil.OpenFDs()
 	if want := snap.FDs + 2*(n+nret); fds != want {
@@ -119,8 +119,8 @@ func TestUprobes(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
-		if l.FDs() != 0 {
-			t.Errorf("FDs() = %d after Close", l.FDs())
+		if l.NumFDs() != 0 {
+			t.Errorf("NumNumFDs() = %d after Close", l.NumFDs())
 		}
 	}
 	snap.Check(t, "after Close")

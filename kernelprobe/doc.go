@@ -38,7 +38,7 @@
 //	4.20  ref-counter (USDT semaphore) offsets for perf-event uprobes (RefCtrOffset)
 //	5.15  BPF cookies (bpf_get_attach_cookie) and BPF perf links (Cookies);
 //	      before, each site gets its own copy of the program with the
-//	      cookie built in (multiprobe.Link.Clones)
+//	      cookie built in (multiprobe.Link.NumClones)
 //	6.6   uprobe_multi links: one link for many sites of a binary (UprobeMulti)
 //	6.10  uprobe_multi's pid filter covers every thread of the process
 //	      (commit 46ba0e49b642; UprobeMultiPIDFilter); before, and on the

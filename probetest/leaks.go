@@ -130,7 +130,7 @@ func (s Snapshot) CheckLinks(tb testing.TB, what string) {
 // nothing the test opened, attached or loaded for progs may be left.
 // Call it after loading the programs and before attaching them. (The
 // links of the copies a multiprobe.Link makes of a program, see its
-// Clones, are not the program's: their file descriptors show them.) The
+// NumClones, are not the program's: their file descriptors show them.) The
 // programs must be open still when the check runs: close them in a
 // Cleanup registered before this call (cleanups run last first), not with
 // defer.

@@ -202,7 +202,7 @@ func TestCheckLeaksFinds(t *testing.T) {
 	all := strings.Join(rec.errs, "\n")
 	// Without BPF cookies the links are the per-site copies', which the
 	// copies' fds stand for.
-	if !strings.Contains(all, "more than when CheckLeaks") || l.Clones() == 0 && !strings.Contains(all, "kernel links") {
+	if !strings.Contains(all, "more than when CheckLeaks") || l.NumClones() == 0 && !strings.Contains(all, "kernel links") {
 		t.Errorf("CheckLeaks with a link attached said:\n%s", all)
 	}
 }

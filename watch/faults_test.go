@@ -528,7 +528,7 @@ func TestWatchConcurrent(t *testing.T) {
 				}
 				for _, f := range w.Files() {
 					_ = f.Link.Sites()
-					_ = f.Link.FDs()
+					_ = f.Link.NumFDs()
 				}
 			}
 		})

@@ -561,7 +561,7 @@ func (a *attached) fds() int {
 		n++
 	}
 	if a.link != nil {
-		n += a.link.FDs()
+		n += a.link.NumFDs()
 	}
 	return n
 }
