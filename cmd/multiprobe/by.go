@@ -12,10 +12,9 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/count"
+	"github.com/multiprobe/multiprobe/latency"
 )
 
 // byFlag is --by: what count's rows are per besides the function.
@@ -39,42 +38,11 @@ func (b *byFlag) Set(v string) error {
 	return fmt.Errorf("%q: want pid, file or container", v)
 }
 
-// The values of by.h's by (package count's, and latency.c's), and how
-// many (site, who) pairs count counts.
+// How many (site or function, who) pairs count and latency count by.
 const (
-	byModePID    = 1
-	byModeCgroup = 2
-	maxByCounts  = count.DefaultMaxBy
-	maxByHists   = 1 << 14 // 5.5 MiB of histograms
+	maxByCounts = count.DefaultMaxBy
+	maxByHists  = latency.DefaultMaxBy
 )
-
-// setBy makes latency.c's spec count by who calls, in its table (by_hists)
-// of size entries, for --by pid and --by container; --by file needs
-// nothing of BPF (a site is in one file).
-func setBy(spec *ebpf.CollectionSpec, by byFlag, table string, size uint32) error {
-	mode := uint32(0)
-	switch by {
-	case byPID:
-		mode = byModePID
-	case byContainer:
-		mode = byModeCgroup
-	default:
-		return nil
-	}
-	if err := spec.Variables["by"].Set(mode); err != nil {
-		return fmt.Errorf("--by: %w", err)
-	}
-	spec.Maps[table].MaxEntries = size
-	return nil
-}
-
-// byKey is count/bpf/by.h's struct by_key: a function (latency.c), and who
-// called.
-type byKey struct {
-	Key uint32
-	_   uint32
-	Who uint64
-}
 
 // A caller is who made a row's calls, with --by pid or container: the
 // process (its command name, "" once it exited), or its cgroup (the path

@@ -73,8 +73,8 @@ func probeCost(opts *multiprobe.Options) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer lt.coll.Close()
-	l, err := plan.Attach(lt.prog)
+	defer lt.tm.Close()
+	l, err := plan.Attach(lt.tm.Program())
 	if err != nil {
 		return 0, err
 	}

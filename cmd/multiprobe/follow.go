@@ -57,8 +57,8 @@ type follower struct {
 	// rescans counts the events the watch could not read, the first
 	// said (all of them with --verbose).
 	rescans int
-	// attached, if not nil, is told of each file attached, before its
-	// report is taken in.
+	// attached, if not nil, is told of each file's sites before they are
+	// attached (watch.Options.Resolved), from the watch's workers.
 	attached func(watch.Report)
 }
 
@@ -100,9 +100,6 @@ func (fl *follower) report(r watch.Report) {
 	defer fl.mu.Unlock()
 	switch r.What {
 	case watch.Attached:
-		if fl.attached != nil {
-			fl.attached(r)
-		}
 		fe := fl.fileAt[r.File]
 		if fe == nil {
 			fe = &fileEntry{Path: r.Path, HostPath: r.HostPath, Device: fmt.Sprintf("%d:%d", r.File.Major, r.File.Minor), Inode: r.File.Inode, BuildID: r.BuildID}
@@ -254,7 +251,7 @@ type followed struct {
 }
 
 // newFollower makes the view of a follow run; attached, if not nil, is
-// told of each file attached, before the follower's own bookkeeping.
+// told of each file's sites before they are attached.
 func newFollower(stderr io.Writer, verbose bool, attached func(watch.Report)) *follower {
 	fl := &follower{sites: map[uint64]multiprobe.Site{}, stderr: stderr, attached: attached, skipped: map[string]bool{},
 		fileAt: map[watch.FileID]*fileEntry{}, leftOutSeen: map[leftOutKey]bool{}}
@@ -301,7 +298,7 @@ func (fl *follower) follow(probes []multiprobe.Probe, spec *ebpf.CollectionSpec,
 	// Each file is attached on its own, a progress line each would be
 	// noise.
 	opts.Progress = nil
-	w, err := watch.New(probes, spec, prog, &watch.Options{Plan: opts, Report: fl.report})
+	w, err := watch.New(probes, spec, prog, &watch.Options{Plan: opts, Report: fl.report, Resolved: fl.attached})
 	if err != nil {
 		return out, err
 	}

@@ -2,20 +2,14 @@ package main
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
 	"github.com/multiprobe/multiprobe"
-	"github.com/multiprobe/multiprobe/kernelprobe"
-	"github.com/multiprobe/multiprobe/watch"
+	"github.com/multiprobe/multiprobe/latency"
 )
 
 func init() {
@@ -52,10 +46,9 @@ counted as unmatched.`,
 	}
 }
 
-// latencySlots is the number of histogram slots of bpf/latency.c's
-// struct hist (latencyHist): slot i counts durations in [2^i, 2^(i+1)) ns,
-// the last also longer ones.
-const latencySlots = len(latencyHist{}.Slots)
+// latencySlots is the number of a latency.Histogram's slots: slot i counts
+// durations in [2^i, 2^(i+1)) ns, the last also longer ones.
+const latencySlots = latency.Slots
 
 // latencyFunction is one function's row of the report.
 type latencyFunction struct {
@@ -156,8 +149,8 @@ func runLatency(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer lt.coll.Close()
-	end, err := tr.run(plan, lt.prog, stderr)
+	defer lt.tm.Close()
+	end, err := tr.run(plan, lt.tm.Program(), stderr)
 	if err != nil {
 		return err
 	}
@@ -188,28 +181,16 @@ func writeLatencyReport(stdout io.Writer, tf *traceFlags, report *latencyReport,
 	return end.status()
 }
 
-// resolveLatency resolves the probes as uprobe sessions where the kernel
-// has them, and as an entry and a return probe each elsewhere. A Go
-// program's functions are never sessions: the kernel's return probe
-// breaks Go's stack walker, so their returns are probed at their return
-// instructions (see multiprobe.Site.Returns), which only the pairs can do.
+// resolveLatency resolves the probes as package latency does: uprobe
+// sessions where the kernel has them, else an entry and a return probe
+// each (a Go program's functions are never sessions: the kernel's return
+// probe breaks Go's stack walker).
 func resolveLatency(probes []multiprobe.Probe, opts *multiprobe.Options) (plan *multiprobe.Plan, session bool, err error) {
-	f := opts.Features
-	if f.Path() == kernelprobe.PathUprobeMulti && f.UprobeSession {
-		o := *opts
-		o.Session = true
-		plan, err = multiprobe.Resolve(probes, &o)
-		if !errors.Is(err, multiprobe.ErrGoReturn) {
-			return plan, true, err
-		}
+	lp, err := latency.Resolve(probes, opts)
+	if err != nil {
+		return nil, false, err
 	}
-	pairs := slices.Clone(probes)
-	for _, p := range probes {
-		p.Kind = multiprobe.Return
-		pairs = append(pairs, p)
-	}
-	plan, err = multiprobe.Resolve(pairs, opts)
-	return plan, false, err
+	return lp.Plan, lp.Session, nil
 }
 
 // followFuncs is how many functions a following latency has histograms
@@ -228,36 +209,14 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	if err := knownRegisters("latency"); err != nil {
 		return err
 	}
-	pairs := slices.Clone(probes)
-	for _, p := range probes {
-		p.Kind = multiprobe.Return
-		pairs = append(pairs, p)
-	}
-	spec, err := loadLatency()
+	tm, err := latency.NewForWatch(tr.opts, &latency.Options{By: countBy(tf.by), MaxBy: maxByHists, Functions: followFuncs, Cookies: followSlots, PerFile: tf.by == byFile})
 	if err != nil {
 		return err
 	}
-	for n := range spec.Programs {
-		if n != "latency_pair" {
-			delete(spec.Programs, n)
-		}
-	}
-	if err := setBy(spec, tf.by, "by_hists", maxByHists); err != nil {
-		return err
-	}
-	if err := multiprobe.PrepareSpec(spec, tr.opts); err != nil {
-		return err
-	}
-	spec.Maps["sites"].MaxEntries = followSlots
-	spec.Maps["hists"].MaxEntries = followFuncs
-	coll, err := newCollection("the latency program", spec)
-	if err != nil {
-		return err
-	}
-	defer coll.Close()
-	lt := &latencyTimer{coll: coll, prog: coll.Programs["latency_pair"]}
-	fill := &latencyFill{lt: lt, fn: map[latencyFn]uint32{}, byFile: tf.by == byFile}
-	fw, err := newFollower(stderr, tf.verbose, fill.attached).follow(pairs, spec, lt.prog, *tr.opts, time.Duration(tf.duration))
+	defer tm.Close()
+	lt := &latencyTimer{tm: tm}
+	// Each file's sites are filled in before it is attached.
+	fw, err := newFollower(stderr, tf.verbose, tm.Fill).follow(latency.Pairs(probes), tm.Spec(), tm.Program(), *tr.opts, time.Duration(tf.duration))
 	if err != nil {
 		return err
 	}
@@ -274,234 +233,74 @@ func runLatencyFollow(tf *traceFlags, probes []multiprobe.Probe, tr *tracer, std
 	return fw.done(probes, stderr)
 }
 
-// latencyFn is a function over every file: its probe (target and
-// patterns, whichever kind) and name.
-type latencyFn struct{ target, patterns, name, path string }
-
-// latencyFill fills in the sites map for each file the watch attaches.
-type latencyFill struct {
-	lt *latencyTimer
-	fn map[latencyFn]uint32
-	// byFile keeps a function's copies in several files apart (--by
-	// file).
-	byFile bool
-}
-
-// attached fills in a file's sites: the returns before the entries, so
-// that no start is noted for a function whose return does not know it
-// yet. Until then a site reads as zeros, an entry of function 0, which
-// notes a start no return takes (the LRU ages it out): a call made as its
-// file is attached may go untimed, none is timed wrong.
-func (fl *latencyFill) attached(r watch.Report) {
-	lt := fl.lt
-	entries := make([]latencySite, len(r.Sites))
-	goFn := map[uint32]bool{}
-	for i, s := range r.Sites {
-		k := latencyFn{s.Probe.Target, strings.Join(s.Probe.Patterns, ","), s.Name, ""}
-		if fl.byFile {
-			k.path = s.Path
-		}
-		fn, ok := fl.fn[k]
-		if !ok {
-			if len(lt.fns) == followFuncs {
-				continue
-			}
-			fn = uint32(len(lt.fns))
-			fl.fn[k] = fn
-			entry := s
-			entry.Probe = &multiprobe.Probe{Kind: multiprobe.Entry, Target: s.Probe.Target, Patterns: s.Probe.Patterns}
-			lt.fns = append(lt.fns, entry)
-		}
-		entries[i].Fn = fn
-		if s.Probe.Kind == multiprobe.Return {
-			entries[i] = latencySite{Fn: fn, IsReturn: 1, SpGain: returnSPGain(s)}
-			if s.Returns != nil {
-				goFn[fn] = true
-			}
-		}
-	}
-	for _, ret := range []bool{true, false} {
-		for i, s := range r.Sites {
-			if (s.Probe.Kind == multiprobe.Return) != ret || s.Cookie >= followSlots {
-				continue
-			}
-			if goFn[entries[i].Fn] {
-				entries[i].Go = 1
-			}
-			lt.coll.Maps["sites"].Put(uint32(s.Cookie), entries[i])
-		}
-	}
-}
-
-// latencyTimer is the loaded bpf/latency.c and what its maps mean.
+// latencyTimer is package latency's timer, as the report reads it.
 type latencyTimer struct {
-	coll    *ebpf.Collection
-	prog    *ebpf.Program
-	session bool
-	// fns are the functions: one per entry site, in the plan's order.
-	fns []multiprobe.Site
+	tm *latency.Timer
 }
 
-// newLatencyTimer loads one of latency.c's programs for the plan and fills in
-// its sites map: each site's function, and at a return how to find the
-// entry's stack pointer.
+// newLatencyTimer loads package latency's timer for the plan.
 func newLatencyTimer(plan *multiprobe.Plan, session bool, by byFlag) (*latencyTimer, error) {
 	if err := knownRegisters("latency"); err != nil {
 		return nil, err
 	}
-	spec, err := loadLatency()
+	tm, err := latency.New(&latency.Plan{Plan: plan, Session: session}, &latency.Options{By: countBy(by), MaxBy: maxByHists})
 	if err != nil {
 		return nil, err
 	}
-	// Only the program used is loaded: the session one calls kfuncs that
-	// kernels before 6.13 do not have.
-	name := "latency_pair"
-	if session {
-		name = "latency_session"
-	}
-	for n := range spec.Programs {
-		if n != name {
-			delete(spec.Programs, n)
-		}
-	}
-	if err := setBy(spec, by, "by_hists", maxByHists); err != nil {
-		return nil, err
-	}
-	if err := plan.Prepare(spec); err != nil {
-		return nil, err
-	}
-	lt := &latencyTimer{session: session}
-	sites := plan.Sites()
-	entries := make([]latencySite, len(sites))
-	// A function's entry and return sites share its symbol's address, not
-	// always their offsets: a Go function's entry is probed after its
-	// stack check.
-	type fnKey struct {
-		path string
-		addr uint64
-	}
-	key := func(s multiprobe.Site) fnKey { return fnKey{s.Path, s.Symbol.Address} }
-	row := map[fnKey]uint32{}
-	var entryOf []int // the entry site of each function
-	for i, s := range sites {
-		if s.Probe.Kind == multiprobe.Entry {
-			row[key(s)] = uint32(len(lt.fns))
-			entries[i].Fn = uint32(len(lt.fns))
-			entryOf = append(entryOf, i)
-			lt.fns = append(lt.fns, s)
-		}
-	}
-	for i, s := range sites {
-		if s.Probe.Kind != multiprobe.Return {
-			continue
-		}
-		fn, ok := row[key(s)]
-		if !ok {
-			return nil, fmt.Errorf("latency: return site %s in %s at %#x has no entry site", s.Name, s.Path, s.Offset)
-		}
-		entries[i] = latencySite{Fn: fn, IsReturn: 1, SpGain: returnSPGain(s)}
-		if s.Returns != nil {
-			// A Go function: time both ends by goroutine.
-			entries[i].Go = 1
-			entries[entryOf[fn]].Go = 1
-		}
-	}
-	spec.Maps["sites"].MaxEntries = uint32(max(len(sites), 1))
-	spec.Maps["hists"].MaxEntries = uint32(max(len(lt.fns), 1))
-	if lt.coll, err = ebpf.NewCollection(spec); err != nil {
-		if errors.Is(err, unix.EPERM) {
-			return nil, fmt.Errorf("loading the latency program: %w (run as root, or with CAP_BPF and CAP_PERFMON)", err)
-		}
-		return nil, fmt.Errorf("loading the latency program: %w", err)
-	}
-	lt.prog = lt.coll.Programs[name]
-	keys := make([]uint32, len(entries))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if len(entries) > 0 {
-		if _, err := lt.coll.Maps["sites"].BatchUpdate(keys, entries, nil); err != nil {
-			// Batch operations on arrays need Linux 5.6.
-			for i := range entries {
-				if err := lt.coll.Maps["sites"].Put(keys[i], entries[i]); err != nil {
-					lt.coll.Close()
-					return nil, fmt.Errorf("latency: filling in the sites: %w", err)
-				}
-			}
-		}
-	}
-	return lt, nil
-}
-
-// returnSPGain is how much higher the stack pointer is where the return
-// probe of s runs than it was at the function's entry probe. The kernel's
-// return probe runs after the return instruction: on x86-64 that popped the
-// return address the call pushed, 8 bytes; on arm64 the return address was
-// in the link register, so nothing. A Go function's return is probed at
-// its return instruction, before the pop, and its entry after the stack
-// check, before the frame is made (elfsym.MovedGoStackCheck): the same
-// stack pointer on both architectures.
-func returnSPGain(s multiprobe.Site) uint16 {
-	if s.Returns != nil || runtime.GOARCH != "amd64" {
-		return 0
-	}
-	return 8
+	return &latencyTimer{tm: tm}, nil
 }
 
 // report reads the histograms.
 func (lt *latencyTimer) report(elapsed time.Duration, by byFlag) (latencyReport, error) {
-	r := latencyReport{Mode: "pairs", Functions: len(lt.fns), Duration: elapsed, Latencies: []latencyFunction{}, By: by}
-	if lt.session {
+	r := latencyReport{Mode: "pairs", Duration: elapsed, Latencies: []latencyFunction{}, By: by}
+	if lt.tm.Session() {
 		r.Mode = "session"
 	}
+	snap, err := lt.tm.Snapshot()
+	if err != nil {
+		return r, err
+	}
+	r.Functions = len(snap.Functions)
+	r.Unmatched = snap.Unmatched
 	// Each probe once by its spec, however many files a follow run
 	// resolved it in (each file's sites have a Probe of their own).
 	probeIndex := map[*multiprobe.Probe]int{}
 	bySpec := map[string]int{}
 	r.Probes = []string{}
-	for _, s := range lt.fns {
-		if _, ok := probeIndex[s.Probe]; !ok {
-			spec := s.Probe.String()
+	for _, f := range snap.Functions {
+		if _, ok := probeIndex[f.Site.Probe]; !ok {
+			spec := f.Site.Probe.String()
 			i, ok := bySpec[spec]
 			if !ok {
 				i = len(r.Probes)
 				bySpec[spec] = i
 				r.Probes = append(r.Probes, spec)
 			}
-			probeIndex[s.Probe] = i
+			probeIndex[f.Site.Probe] = i
 		}
 	}
-	if err := lt.coll.Maps["unmatched"].Lookup(uint32(0), &r.Unmatched); err != nil {
-		return r, fmt.Errorf("latency: reading the unmatched returns: %w", err)
-	}
-	hists := lt.coll.Maps["hists"]
-	for i, s := range lt.fns {
-		var h latencyHist
-		if err := hists.Lookup(uint32(i), &h); err != nil {
-			return r, fmt.Errorf("latency: reading the histogram of %s: %w", s.Name, err)
+	row := func(s multiprobe.Site, h *latency.Histogram) latencyFunction {
+		return latencyFunction{
+			Probe: probeIndex[s.Probe], Function: s.Label(), Path: s.Path, Offset: s.Offset,
+			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(h),
 		}
-		if h.Count == 0 {
+	}
+	for _, f := range snap.Functions {
+		if f.Count == 0 {
 			continue
 		}
 		r.Called++
-		r.Latencies = append(r.Latencies, latencyFunction{
-			Probe: probeIndex[s.Probe], Function: s.Label(), Path: s.Path, Offset: s.Offset,
-			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(&h),
-		})
+		r.Latencies = append(r.Latencies, row(f.Site, &f.Histogram))
 	}
 	if by == byPID || by == byContainer {
-		var all uint64
-		for _, l := range r.Latencies {
-			all += l.Calls
+		cg := cgroupPaths{}
+		rows := []latencyFunction{}
+		for _, b := range snap.By {
+			l := row(snap.Functions[b.Function].Site, &b.Histogram)
+			l.caller = cg.caller(by, b.Who)
+			rows = append(rows, l)
 		}
-		rows, attributed, err := lt.rowsBy(by, probeIndex)
-		if err != nil {
-			return r, err
-		}
-		r.Latencies = rows
-		if all > attributed {
-			r.Unattributed = all - attributed
-		}
+		r.Latencies, r.Unattributed = rows, snap.Unattributed
 	}
 	slices.SortStableFunc(r.Latencies, func(a, b latencyFunction) int {
 		return cmp.Or(cmp.Compare(b.TotalNS, a.TotalNS), cmp.Compare(a.Function, b.Function), cmp.Compare(a.PID, b.PID), cmp.Compare(a.Cgroup, b.Cgroup))
@@ -509,33 +308,8 @@ func (lt *latencyTimer) report(elapsed time.Duration, by byFlag) (latencyReport,
 	return r, nil
 }
 
-// rowsBy reads the histograms by who made the calls (--by pid or
-// container): a row a function and who, and how many calls they hold.
-func (lt *latencyTimer) rowsBy(by byFlag, probeIndex map[*multiprobe.Probe]int) (rows []latencyFunction, calls uint64, err error) {
-	var k byKey
-	var h latencyHist
-	cg := cgroupPaths{}
-	it := lt.coll.Maps["by_hists"].Iterate()
-	for it.Next(&k, &h) {
-		if int(k.Key) >= len(lt.fns) || h.Count == 0 {
-			continue
-		}
-		s := lt.fns[k.Key]
-		calls += h.Count
-		rows = append(rows, latencyFunction{
-			Probe: probeIndex[s.Probe], Function: s.Label(), Path: s.Path, Offset: s.Offset,
-			Calls: h.Count, TotalNS: h.SumNs, AvgNS: h.SumNs / h.Count, Buckets: buckets(&h),
-			caller: cg.caller(by, k.Who),
-		})
-	}
-	if err := it.Err(); err != nil {
-		return nil, 0, fmt.Errorf("--by: reading the histograms: %w", err)
-	}
-	return rows, calls, nil
-}
-
 // buckets returns h's slots from the first non-empty one to the last.
-func buckets(h *latencyHist) []latencyBucket {
+func buckets(h *latency.Histogram) []latencyBucket {
 	first, last := -1, -1
 	for i, n := range h.Slots {
 		if n > 0 {

@@ -2,10 +2,9 @@
 
 package main
 
-// bpf2go builds latency.c and count_args.c only for the architectures
-// whose pt_regs they know; knownRegisters refuses the commands that need
-// them everywhere else, before these are reached. The types mirror the
-// generated ones so that the rest of the command builds.
+// bpf2go builds count_args.c only for the architectures whose pt_regs it
+// knows; knownRegisters refuses the commands that need them everywhere
+// else, before this is reached.
 
 import (
 	"fmt"
@@ -13,21 +12,6 @@ import (
 
 	"github.com/cilium/ebpf"
 )
-
-type latencyHist struct {
-	Slots [40]uint64
-	Count uint64
-	SumNs uint64
-}
-
-type latencySite struct {
-	Fn       uint32
-	IsReturn uint8
-	Go       uint8
-	SpGain   uint16
-}
-
-func loadLatency() (*ebpf.CollectionSpec, error) { return nil, errNoRegisters }
 
 func loadCountArgs() (*ebpf.CollectionSpec, error) { return nil, errNoRegisters }
 

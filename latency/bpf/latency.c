@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 //
-// The timer behind `multiprobe latency`: per function, a log2 histogram of
-// the time from its entry to its return, in nanoseconds. Two programs, of
-// which the CLI loads one:
+// The timer of package latency (and `multiprobe latency`): per function, a
+// log2 histogram of the time from its entry to its return, in nanoseconds.
+// Two programs, of which package latency loads one:
 //
 //   - latency_session, on kernels with uprobe sessions (6.13+): one program
 //     runs at a function's entry and at its return, and the kernel keeps
@@ -19,7 +19,7 @@
 //     of the stack pointer from the stack's top (which the copy keeps).
 //
 // Both find the site's function through the sites array, indexed by the
-// site's cookie, which the CLI fills in before attaching.
+// site's cookie, which package latency fills in before attaching.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -53,14 +53,14 @@ struct start_key {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); // resized by the CLI: one per site
+	__uint(max_entries, 1); // resized by package latency: one per site
 	__type(key, __u32);
 	__type(value, struct site);
 } sites SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); // resized by the CLI: one per function
+	__uint(max_entries, 1); // resized by package latency: one per function
 	__type(key, __u32);
 	__type(value, struct hist);
 } hists SEC(".maps");
@@ -116,11 +116,12 @@ struct {
 // as it has since Go 1.4.
 #define G_STACK_HI 8
 
-// With --by, each call is also timed by who made it (by.h), in by_hists,
-// which the CLI sizes; a call that finds it full is in hists only.
+// With latency.Options.By, each call is also timed by who made it (by.h),
+// in by_hists, which package latency sizes; a call that finds it full is
+// in hists only.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1); // resized by the CLI with --by
+	__uint(max_entries, 1); // resized by package latency with --by
 	__type(key, struct by_key);
 	__type(value, struct hist);
 } by_hists SEC(".maps");

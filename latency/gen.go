@@ -1,0 +1,7 @@
+package latency
+
+// The timer objects are committed; regenerate them with `go generate
+// ./latency` (clang-19 from Debian). The output is reproducible byte for
+// byte, which .ci/check-generate verifies. They are built for the
+// architectures whose struct pt_regs latency.c knows (other.go elsewhere).
+//go:generate go tool bpf2go -cc clang-19 -strip llvm-strip-19 -target amd64,arm64,riscv64,s390x,ppc64le -cflags "-O2 -g -Wall -Werror -I../bpf -I../count/bpf" timer bpf/latency.c
