@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
-	"github.com/multiprobe/multiprobe/internal/prologue"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -442,31 +440,6 @@ func TestUpdateLingeringLinks(t *testing.T) {
 	})
 }
 
-// secondVersion returns the counter's spec with count_entry changed as a
-// new version of an agent's program would be: it also counts its runs in
-// out_of_range (a map of its own in each collection), and otherwise
-// counts as before.
-func secondVersion(t *testing.T) *ebpf.CollectionSpec {
-	t.Helper()
-	spec, err := testprogs.CounterSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prologue.Prepend(spec.Programs["count_entry"], asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.LoadMapPtr(asm.R1, 0).WithReference("out_of_range"),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "v2_body"),
-		asm.Mov.Imm(asm.R1, 1),
-		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
-		asm.Mov.Reg(asm.R1, asm.R6).WithSymbol("v2_body"),
-	})
-	return spec
-}
-
 // TestUpdateProgram: a Link running one version of a program is taken
 // back from its pins, as by an upgraded agent, and moved to a new version
 // of the program with UpdateProgram, one more function in the new set,
@@ -499,7 +472,10 @@ func TestUpdateProgram(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spec2 := secondVersion(t)
+		spec2, err := testprogs.CounterSpecV2()
+		if err != nil {
+			t.Fatal(err)
+		}
 		plan1 := resolve(spec1, "uprobe:"+target+":func_0000?")
 		plan2 := resolve(spec2, "uprobe:"+target+":func_0000?,func_00010")
 		c1, err := testprogs.NewCounterSharing(spec1, dir)

@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/multiprobe/multiprobe"
-	"github.com/multiprobe/multiprobe/internal/prologue"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/internal/testutil"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -21,27 +19,17 @@ import (
 )
 
 // loadSharing loads the counter from a spec prepared for f, counting into
-// counts pinned in dir; second makes it the counter's second version,
-// which also counts its runs in out_of_range (a map of its own).
+// counts pinned in dir; second makes it the counter's second version
+// (testprogs.CounterSpecV2).
 func loadSharing(t *testing.T, f kernelprobe.Features, dir string, second bool) (*ebpf.CollectionSpec, *testprogs.Counter) {
 	t.Helper()
-	spec, err := testprogs.CounterSpec()
+	load := testprogs.CounterSpec
+	if second {
+		load = testprogs.CounterSpecV2
+	}
+	spec, err := load()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if second {
-		prologue.Prepend(spec.Programs["count_entry"], asm.Instructions{
-			asm.Mov.Reg(asm.R6, asm.R1),
-			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -4),
-			asm.LoadMapPtr(asm.R1, 0).WithReference("out_of_range"),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "v2_body"),
-			asm.Mov.Imm(asm.R1, 1),
-			asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
-			asm.Mov.Reg(asm.R1, asm.R6).WithSymbol("v2_body"),
-		})
 	}
 	if err := multiprobe.PrepareSpec(spec, &multiprobe.Options{Features: &f}); err != nil {
 		t.Fatal(err)

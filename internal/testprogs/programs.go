@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/multiprobe/multiprobe/internal/prologue"
 	"github.com/multiprobe/multiprobe/kernelprobe"
 )
 
@@ -172,4 +174,28 @@ func ReadArray(m *ebpf.Map, n int) ([]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// CounterSpecV2 is CounterSpec with count_entry changed as a new version
+// of an agent's program would be: it also counts its runs in out_of_range
+// (a map of its own in each collection: OutOfRange tells which version
+// ran), and otherwise counts as before. Its tag is not count_entry's.
+func CounterSpecV2() (*ebpf.CollectionSpec, error) {
+	spec, err := CounterSpec()
+	if err != nil {
+		return nil, err
+	}
+	prologue.Prepend(spec.Programs["count_entry"], asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("out_of_range"),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "v2_body"),
+		asm.Mov.Imm(asm.R1, 1),
+		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R6).WithSymbol("v2_body"),
+	})
+	return spec, nil
 }
