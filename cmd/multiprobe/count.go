@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +21,10 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
 	"github.com/multiprobe/multiprobe"
+	"github.com/multiprobe/multiprobe/args"
 	"github.com/multiprobe/multiprobe/count"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/bpfsys"
@@ -291,14 +290,14 @@ func runCount(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer plan.Close()
-	c, err := loadCounter(plan, f.withArgs, f.strs, f.trace.by)
+	c, err := loadCounter(plan, f.withArgs, f.nargs, f.strs, f.trace.by)
 	if err != nil {
 		return err
 	}
 	defer c.close()
 	sites := plan.Sites()
 	var hitLog []hitRecord
-	stop, err := c.startExtras(f, tableLookup(sites), stdout, &hitLog)
+	stop, err := c.startExtras(f, stdout, &hitLog)
 	if err != nil {
 		return err
 	}
@@ -385,10 +384,9 @@ func zeroHint(stderr io.Writer, child *stoppedCommand, sites []multiprobe.Site) 
 func isLibrary(path string) bool { return strings.Contains(filepath.Base(path), ".so") }
 
 // startExtras starts what --args and --stats add to counting: the reader
-// that prints (or, for --json, logs into *hitLog) each hit, naming its
-// site through site, and the kernel's run-time statistics. stop ends
-// both.
-func (c *counter) startExtras(f *countFlags, site siteLookup, stdout io.Writer, hitLog *[]hitRecord) (stop func(), err error) {
+// that prints (or, for --json, logs into *hitLog) each hit, and the
+// kernel's run-time statistics. stop ends both.
+func (c *counter) startExtras(f *countFlags, stdout io.Writer, hitLog *[]hitRecord) (stop func(), err error) {
 	var stops []func()
 	stop = func() {
 		for _, s := range slices.Backward(stops) {
@@ -396,7 +394,7 @@ func (c *counter) startExtras(f *countFlags, site siteLookup, stdout io.Writer, 
 		}
 	}
 	if f.withArgs {
-		wait, err := c.readHits(site, f.nargs, f.strs, stdout, f.trace.asJSON, hitLog)
+		wait, err := c.readHits(f.strs, stdout, f.trace.asJSON, hitLog)
 		if err != nil {
 			return nil, err
 		}
@@ -430,8 +428,7 @@ func (report *countReport) finish(f *countFlags, end countEnd, hitLog []hitRecor
 	}
 	if f.withArgs {
 		report.Hits = hitLog
-		var d uint64
-		if err := c.dropped.Lookup(uint32(0), &d); err == nil {
+		if d, err := c.tracer.Dropped(); err == nil {
 			report.HitsDropped = d
 		}
 	}
@@ -455,23 +452,19 @@ func (report *countReport) write(stdout io.Writer, f *countFlags, end countEnd) 
 // of the --args program as they come, and returns what waits for the
 // reader to end; c.stopHits, once the probes are detached, makes it end
 // after the last hit in the buffer.
-func (c *counter) readHits(site siteLookup, nargs int, strs strArgs, stdout io.Writer, asJSON bool, log *[]hitRecord) (wait func(), err error) {
-	rd, err := ringbuf.NewReader(c.hits)
-	if err != nil {
-		return nil, fmt.Errorf("--args: %w", err)
-	}
+func (c *counter) readHits(strs strArgs, stdout io.Writer, asJSON bool, log *[]hitRecord) (wait func(), err error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		*log = readHits(rd, site, nargs, strs, stdout, asJSON)
+		*log = readHits(c.tracer, strs, stdout, asJSON)
 	}()
 	c.stopHits = func() {
 		// The reader returns what is in the buffer, then ErrFlushed.
-		rd.Flush()
+		c.tracer.Flush()
 		<-done
 	}
 	return func() {
-		rd.Close()
+		c.tracer.Close()
 		<-done
 	}, nil
 }
@@ -889,11 +882,12 @@ func (c *stoppedCommand) stop(stderr io.Writer) {
 // counter is the loaded counting program: count.c, or count_args.c with
 // --args.
 type counter struct {
-	prog                  *ebpf.Program
-	counts, hits, dropped *ebpf.Map
-	calls                 *count.Counter // package count's, without --args
-	close                 func() error
-	stopHits              func()
+	prog     *ebpf.Program
+	counts   *ebpf.Map
+	calls    *count.Counter // package count's, without --args
+	tracer   *args.Tracer   // package args', with --args
+	close    func() error
+	stopHits func()
 }
 
 // countBy is --by as package count counts: by process or cgroup in BPF;
@@ -914,8 +908,8 @@ func fromCount(c *count.Counter) *counter {
 }
 
 // loadCounter loads the counting program for plan: package count's, or
-// count_args.c with --args, reading strs as strings.
-func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs, by byFlag) (*counter, error) {
+// package args' with --args, with nargs arguments and strs read as strings.
+func loadCounter(plan *multiprobe.Plan, withArgs bool, nargs int, strs strArgs, by byFlag) (*counter, error) {
 	if !withArgs {
 		c, err := count.New(plan, &count.Options{By: countBy(by), MaxBy: maxByCounts})
 		if err != nil {
@@ -923,20 +917,19 @@ func loadCounter(plan *multiprobe.Plan, withArgs bool, strs strArgs, by byFlag) 
 		}
 		return fromCount(c), nil
 	}
-	spec, err := argsSpec(strs)
+	if err := knownRegisters("--args"); err != nil {
+		return nil, err
+	}
+	tr, err := args.New(plan, argsOptions(nargs, strs, 0))
 	if err != nil {
 		return nil, err
 	}
-	if err := plan.Prepare(spec); err != nil {
-		return nil, err
-	}
-	spec.Maps["counts"].MaxEntries = uint32(max(plan.Len(), 1))
-	return newArgsCounter(spec)
+	return fromTracer(tr), nil
 }
 
 // followCounter loads the counting program for a follow run, whose
 // plans have opts, and returns the spec it loaded for the watch.
-func followCounter(withArgs bool, strs strArgs, by byFlag, opts *multiprobe.Options) (*ebpf.CollectionSpec, *counter, error) {
+func followCounter(withArgs bool, nargs int, strs strArgs, by byFlag, opts *multiprobe.Options) (*ebpf.CollectionSpec, *counter, error) {
 	if !withArgs {
 		c, err := count.NewForWatch(opts, &count.Options{By: countBy(by), MaxBy: maxByCounts, Cookies: followSlots})
 		if err != nil {
@@ -944,43 +937,32 @@ func followCounter(withArgs bool, strs strArgs, by byFlag, opts *multiprobe.Opti
 		}
 		return c.Spec(), fromCount(c), nil
 	}
-	spec, err := argsSpec(strs)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := multiprobe.PrepareSpec(spec, opts); err != nil {
-		return nil, nil, err
-	}
-	spec.Maps["counts"].MaxEntries = followSlots
-	c, err := newArgsCounter(spec)
-	return spec, c, err
-}
-
-// argsSpec is count_args.c's spec, reading strs as strings.
-func argsSpec(strs strArgs) (*ebpf.CollectionSpec, error) {
 	if err := knownRegisters("--args"); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	spec, err := loadCountArgs()
+	tr, err := args.NewForWatch(opts, argsOptions(nargs, strs, followSlots))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	sel := [maxStrArgs]uint32{strNone, strNone, strNone}
-	copy(sel[:], strs)
-	if err := spec.Variables["str_arg"].Set(sel); err != nil {
-		return nil, fmt.Errorf("--str: %w", err)
-	}
-	return spec, nil
+	return tr.Spec(), fromTracer(tr), nil
 }
 
-// newArgsCounter loads a prepared argsSpec.
-func newArgsCounter(spec *ebpf.CollectionSpec) (*counter, error) {
-	coll, err := newCollection("the counter", spec)
-	if err != nil {
-		return nil, err
+// argsOptions are package args' options for --nargs and --str.
+func argsOptions(nargs int, strs strArgs, cookies int) *args.Options {
+	o := &args.Options{Args: nargs, Cookies: cookies}
+	for _, n := range strs {
+		if n == strRet {
+			o.Strings = append(o.Strings, args.Ret)
+		} else {
+			o.Strings = append(o.Strings, int(n))
+		}
 	}
-	return &counter{prog: coll.Programs["count_args"], counts: coll.Maps["counts"], hits: coll.Maps["hits"], dropped: coll.Maps["dropped"],
-		close: func() error { coll.Close(); return nil }}, nil
+	return o
+}
+
+// fromTracer is the counter of package args' tr.
+func fromTracer(tr *args.Tracer) *counter {
+	return &counter{prog: tr.Program(), counts: tr.Map(), tracer: tr, close: tr.Close}
 }
 
 // newCollection loads spec, what names it in errors.
@@ -1087,147 +1069,50 @@ func isGoProgram(path string) bool {
 	return f.IsGo()
 }
 
-// readHits prints (or, for JSON, collects) hits until rd is closed. A hit is
-// count_args.c's struct hit: the site, the USDT argument count, twelve USDT
-// argument values, eight registers (the six that pass a C function's first
-// integer arguments, the return value's, and one more a Go function's
-// arguments use), then the --str strings, each
-// after what reading it returned.
-func readHits(rd *ringbuf.Reader, site siteLookup, nargs int, strs strArgs, stdout io.Writer, asJSON bool) []hitRecord {
-	d := newHitDecoder(site, nargs, strs)
+// readHits prints (or, for JSON, collects) tr's hits until it is
+// flushed or closed, naming the --str strings as strs does.
+func readHits(tr *args.Tracer, strs strArgs, stdout io.Writer, asJSON bool) []hitRecord {
 	var log []hitRecord
-	var rec ringbuf.Record
 	var line []byte
 	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, os.ErrClosed) {
-				return log
-			}
+		h, err := tr.Read()
+		if errors.Is(err, args.ErrFlushed) || errors.Is(err, args.ErrClosed) {
+			return log
+		}
+		if err != nil {
 			continue
 		}
-		h, str, ok := d.decode(rec.RawSample)
-		if !ok {
-			continue
-		}
+		r, str := hitOf(h, strs)
 		if asJSON {
 			if len(log) < maxHitLog {
-				log = append(log, h)
+				log = append(log, r)
 			}
 			continue
 		}
 		// One write a line: the traced command may write to the same
 		// pipe, and a write this short is not split up.
-		line = appendHit(line[:0], h, str)
+		line = appendHit(line[:0], r, str)
 		stdout.Write(line)
 	}
 }
 
-// The layout of count_args.c's struct hit.
-const (
-	hitArgsAt    = 8
-	hitRegsAt    = hitArgsAt + 8*usdt.MaxArgs
-	hitStrLensAt = hitRegsAt + 8*8
-	hitStrsAt    = hitStrLensAt + 4*maxStrArgs + 4
-	hitSize      = hitStrsAt + maxStrArgs*maxStrLen
-)
-
-// A hitDecoder turns count_args.c's records into hits.
-type hitDecoder struct {
-	site   siteLookup
-	nargs  int
-	strs   strArgs
-	goFile map[string]bool // by path: whose arguments are in Go's registers
-}
-
-// A siteLookup finds the site of a cookie: in a plan's table, or among
-// the files a follow run attached so far.
-type siteLookup func(cookie uint32) (multiprobe.Site, bool)
-
-// tableLookup looks cookies up in sites, a plan's table.
-func tableLookup(sites []multiprobe.Site) siteLookup {
-	return func(cookie uint32) (multiprobe.Site, bool) {
-		if int(cookie) >= len(sites) {
-			return multiprobe.Site{}, false
+// hitOf is h as the report has it, and its strings by --str's numbers
+// (strRet for the return value).
+func hitOf(h args.Hit, strs strArgs) (hitRecord, map[uint32]string) {
+	r := hitRecord{Probe: h.Site.Name, Kind: h.Site.Probe.Kind.String(), Args: h.Args, Ret: h.Ret}
+	str := map[uint32]string{}
+	for n, v := range h.Strings {
+		k := uint32(n)
+		if n == args.Ret {
+			k = strRet
 		}
-		return sites[cookie], true
-	}
-}
-
-func newHitDecoder(site siteLookup, nargs int, strs strArgs) *hitDecoder {
-	// A uprobe prints its first nargs arguments, and any --str asks for.
-	for _, n := range strs {
-		if n < strRet {
-			nargs = max(nargs, int(n)+1)
+		str[k] = v
+		if r.Strings == nil {
+			r.Strings = map[string]string{}
 		}
+		r.Strings[strs.name(k)] = v
 	}
-	return &hitDecoder{site: site, nargs: nargs, strs: strs, goFile: map[string]bool{}}
-}
-
-// isGo reports whether s is in a Go program, whose arguments are in Go's
-// registers: found out once a file, at its first hit.
-func (d *hitDecoder) isGo(s multiprobe.Site) bool {
-	if s.Probe.Kind != multiprobe.Entry {
-		return false
-	}
-	g, ok := d.goFile[s.Path]
-	if !ok {
-		g = isGoProgram(s.Path)
-		d.goFile[s.Path] = g
-	}
-	return g
-}
-
-// decode reads one record: the hit, and the arguments (strRet for the
-// return value) that were readable as the strings --str asks for. ok is
-// false for a record too short or of no site.
-func (d *hitDecoder) decode(b []byte) (h hitRecord, str map[uint32]string, ok bool) {
-	if len(b) < hitSize {
-		return h, nil, false
-	}
-	s, ok := d.site(binary.NativeEndian.Uint32(b))
-	if !ok {
-		return h, nil, false
-	}
-	goFile := d.isGo(s)
-	val := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[hitArgsAt+8*i:])) }
-	reg := func(i int) int64 { return int64(binary.NativeEndian.Uint64(b[hitRegsAt+8*i:])) }
-	h = hitRecord{Probe: s.Name, Kind: s.Probe.Kind.String(), Args: []int64{}}
-	switch s.Probe.Kind {
-	case multiprobe.USDT:
-		argc := min(int(int32(binary.NativeEndian.Uint32(b[4:]))), usdt.MaxArgs)
-		for i := range argc {
-			h.Args = append(h.Args, val(i))
-		}
-	case multiprobe.Return:
-		r := reg(strRet)
-		h.Ret = &r
-	default:
-		regs := cArgRegs
-		if goFile {
-			regs = goArgRegs
-		}
-		for _, r := range regs[:d.nargs] {
-			h.Args = append(h.Args, reg(r))
-		}
-	}
-	// The strings that mean something at this kind of site: a return's
-	// value, another's arguments.
-	str = map[uint32]string{}
-	for i, n := range d.strs {
-		if (n == strRet) != (h.Ret != nil) || n != strRet && int(n) >= len(h.Args) || goFile {
-			continue
-		}
-		l := int32(binary.NativeEndian.Uint32(b[hitStrLensAt+4*i:]))
-		if l <= 0 || l > maxStrLen {
-			continue // not readable there: the number is printed
-		}
-		str[n] = string(b[hitStrsAt+maxStrLen*i:][:l-1])
-		if h.Strings == nil {
-			h.Strings = map[string]string{}
-		}
-		h.Strings[d.strs.name(n)] = str[n]
-	}
-	return h, str, true
+	return r, str
 }
 
 // appendHit appends a hit's line: the probe, its return value or its

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/multiprobe/multiprobe"
 	"github.com/multiprobe/multiprobe/elfsym"
 	"github.com/multiprobe/multiprobe/internal/testprogs"
 	"github.com/multiprobe/multiprobe/kernelprobe"
@@ -464,29 +463,6 @@ func TestCountBigSpec(t *testing.T) {
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64<<20 {
 		t.Errorf("count allocated %d MB, want under 64", alloc>>20)
 	}
-}
-
-// FuzzHitDecode feeds count_args.c's record decoder any bytes: it must
-// not panic, and a record it takes names one of the sites.
-func FuzzHitDecode(f *testing.F) {
-	probe := &multiprobe.Probe{Kind: multiprobe.Entry, Target: "/bin/true", Patterns: []string{"f"}}
-	ret := &multiprobe.Probe{Kind: multiprobe.Return, Target: "/bin/true", Patterns: []string{"f"}}
-	ut := &multiprobe.Probe{Kind: multiprobe.USDT, Target: "/bin/true", Patterns: []string{"p:n"}}
-	sites := []multiprobe.Site{{Name: "f", Probe: probe}, {Name: "f", Probe: ret}, {Name: "p:n", Probe: ut}}
-	d := newHitDecoder(tableLookup(sites), 6, strArgs{0, 1, strRet})
-	f.Add(make([]byte, hitSize))
-	rec := make([]byte, hitSize)
-	rec[0], rec[4], rec[hitStrLensAt] = 2, 3, 4
-	f.Add(rec)
-	f.Fuzz(func(t *testing.T, b []byte) {
-		h, _, ok := d.decode(b)
-		if ok && h.Probe != "f" && h.Probe != "p:n" {
-			t.Fatalf("decoded a hit of %q", h.Probe)
-		}
-		if ok {
-			_ = appendHit(nil, h, nil)
-		}
-	})
 }
 
 // TestCountWhileReplaced runs count on a program while another goroutine

@@ -410,16 +410,20 @@ func runCountFollow(f *countFlags, probes []multiprobe.Probe, tr *tracer, stdout
 	if err := checkTargets(probes, tr.opts, stderr); err != nil {
 		return err
 	}
-	spec, c, err := followCounter(f.withArgs, f.strs, f.trace.by, tr.opts)
+	spec, c, err := followCounter(f.withArgs, f.nargs, f.strs, f.trace.by, tr.opts)
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	fl := newFollower(stderr, f.trace.verbose, nil)
+	var fill func(watch.Report) // --args: each file's sites named before they hit
+	if c.tracer != nil {
+		fill = c.tracer.Fill
+	}
+	fl := newFollower(stderr, f.trace.verbose, fill)
 	// A hit is named by the sites of the files attached before it: a
 	// file's sites are in before its link is made.
 	var hitLog []hitRecord
-	stop, err := c.startExtras(f, fl.lookup, stdout, &hitLog)
+	stop, err := c.startExtras(f, stdout, &hitLog)
 	if err != nil {
 		return err
 	}

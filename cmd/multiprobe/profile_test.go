@@ -125,7 +125,7 @@ func TestProfileCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plan.Close()
-	c, err := loadCounter(plan, false, nil, byNone)
+	c, err := loadCounter(plan, false, 0, nil, byNone)
 	if err != nil {
 		t.Fatal(err)
 	}

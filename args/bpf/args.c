@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR MIT)
 //
-// The counter behind `multiprobe count --args`: counts per site like
-// count.c and sends every hit's arguments to user space through a ring
-// buffer: a USDT site's, read with bpf/mp_usdt.bpf.h, and the registers
-// that hold a function's first integer arguments in the C calling
-// convention and its return value, and up to STR_MAX of them read as C
-// strings (--str). User space, which knows the site's kind, prints the
-// ones that mean something there.
+// The tracer of package args (and `multiprobe count --args`): counts per
+// site like package count's counter and sends every hit's arguments to
+// user space through a ring buffer: a USDT site's, read with
+// bpf/mp_usdt.bpf.h, and the registers that hold a function's first
+// integer arguments in the C calling convention and its return value, and
+// up to STR_MAX of them read as C strings (args.Options.Strings). Go, which
+// knows the site's kind, keeps the ones that mean something there.
 
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -15,7 +15,7 @@
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1); // resized by the CLI
+	__uint(max_entries, 1); // resized by package args
 	__type(key, __u32);
 	__type(value, __u64);
 } counts SEC(".maps");
@@ -38,9 +38,9 @@ struct hit {
 	char str[STR_MAX][STR_LEN];
 };
 
-// The arguments to read as strings, set by the CLI before loading: at a
-// USDT site an index into args, elsewhere into regs (6, the return value,
-// at a return); STR_NONE for none.
+// The arguments to read as strings, set by package args before loading:
+// at a USDT site an index into args, elsewhere into regs (6, the return
+// value, at a return); STR_NONE for none.
 #define STR_NONE 0xff
 const volatile __u32 str_arg[STR_MAX] = {STR_NONE, STR_NONE, STR_NONE};
 
@@ -98,7 +98,7 @@ const volatile __u32 str_arg[STR_MAX] = {STR_NONE, STR_NONE, STR_NONE};
 #define REG_RET 24
 #define REG_EXTRA 72
 #else
-#error "count_args.c: no calling convention for this architecture"
+#error "args.c: no calling convention for this architecture"
 #endif
 
 #define REG(ctx, off) (*(__s64 *)((char *)(ctx) + (off)))
